@@ -1,0 +1,1 @@
+"""Pod-side workloads. Standard library at import time; CuPy/torch only inside functions."""

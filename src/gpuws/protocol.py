@@ -1,0 +1,505 @@
+"""The wire protocol between the laptop and the pod agent.
+
+Every message is one JSON object on one line (NDJSON), tagged by its ``type`` field.
+The laptop encodes requests and decodes events with the msgspec Structs below; the
+agent (standard library only) writes the same JSON shapes by hand, and a contract
+test checks that every event the agent can emit decodes strictly here.
+
+Schema evolution: add fields with defaults only. Never rename or retype a field.
+
+Envelope: every event carries ``run_id``/``seq`` (set for run events, which are
+durable on the pod and replayable) and ``ts`` (unix seconds), plus ``req`` when it
+answers a request.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+#: Longest line either side accepts. Ncu metric events for one kernel are a few KB; a
+#: Tier-1 sample batch is at most a few thousand floats. 8 MiB leaves room for a
+#: probe on a 8-GPU box and refuses runaway garbage.
+MAX_LINE = 8 * 1024 * 1024
+
+
+class Msg(msgspec.Struct, tag_field="type", kw_only=True, forbid_unknown_fields=True):
+    """Base of every message; ``type`` is the tag."""
+
+
+# ----------------------------------------------------------------------------- requests
+class Request(Msg, kw_only=True):
+    """A laptop → agent request; ``req`` is echoed on every answer."""
+
+    req: int
+
+
+class Ping(Request, kw_only=True, tag="ping"):
+    pass
+
+
+class ProbeReq(Request, kw_only=True, tag="probe"):
+    pass
+
+
+class RunSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What to run and how; stored verbatim with the run.
+
+    ``workload`` is ``builtin:NAME[?k=v&...]``, ``file:NAME`` (the file was sent to the
+    pod beforehand, ``file_b64`` carries it) or ``cmd:COMMAND``.
+    """
+
+    workload: str
+    tiers: list[int] = msgspec.field(default_factory=lambda: [1, 2, 3])
+    # Tier 1
+    target_ci: float = 0.01
+    max_seconds: float = 10.0
+    min_samples: int = 10
+    warmup: int = 5
+    cold: bool = False
+    # Tier 3
+    kernel_regex: str | None = None
+    launch_skip: int = 0
+    launch_count: int = 1
+    ncu_set: str | None = None
+    ncu_sections: list[str] | None = None
+    replay_mode: str | None = None
+    clock_control: str = "none"
+    cache_control: str = "all"
+    ncu_path: str | None = None
+    # file: workloads carry their source so the run dir is self-contained.
+    file_name: str | None = None
+    file_b64: str | None = None
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    timeout_s: float | None = None
+
+
+class StartRun(Request, kw_only=True, tag="start_run"):
+    spec: RunSpec
+    run_id: str | None = None
+
+
+class Attach(Request, kw_only=True, tag="attach"):
+    run_id: str
+    from_seq: int = 0
+    follow: bool = True
+
+
+class Cancel(Request, kw_only=True, tag="cancel"):
+    run_id: str
+
+
+class ListRuns(Request, kw_only=True, tag="list_runs"):
+    pass
+
+
+class TelemetryReq(Request, kw_only=True, tag="telemetry"):
+    """Start (``interval_s`` > 0) or stop (0) periodic Telemetry events."""
+
+    interval_s: float = 1.0
+
+
+class NcuPlanReq(Request, kw_only=True, tag="ncu_plan"):
+    """Ask which ncu fits the pod; with ``install`` run the plan and verify it."""
+
+    install: bool = False
+
+
+class StatFile(Request, kw_only=True, tag="stat_file"):
+    """Size and sha256 of a file under the agent's run directories."""
+
+    path: str
+
+
+class Shutdown(Request, kw_only=True, tag="shutdown"):
+    pass
+
+
+Requests = (
+    Ping | ProbeReq | StartRun | Attach | Cancel | ListRuns | TelemetryReq | NcuPlanReq
+    | StatFile | Shutdown
+)
+
+
+# ----------------------------------------------------------------------------- events
+class Event(Msg, kw_only=True):
+    """An agent → laptop message. Run events have ``run_id`` and a gap-free ``seq``."""
+
+    run_id: str | None = None
+    seq: int | None = None
+    ts: float = 0.0
+    req: int | None = None
+
+
+class Hello(Event, kw_only=True, tag="hello"):
+    agent_version: str
+    agent_sha256: str
+    protocol_version: int
+    python: str = ""
+    pid: int = 0
+
+
+class Pong(Event, kw_only=True, tag="pong"):
+    pass
+
+
+class Error(Event, kw_only=True, tag="error"):
+    """A failure with a cause and a remedy (``code`` is stable and machine-readable)."""
+
+    code: str
+    title: str
+    message: str
+    remedy: str = ""
+
+
+class Log(Event, kw_only=True, tag="log"):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    message: str
+
+
+# -- probe
+class Gpu(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    index: int
+    name: str
+    uuid: str | None = None
+    memory_total_mib: float | None = None
+    memory_used_mib: float | None = None
+    sm_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    compute_capability: str | None = None
+    pci_bus_id: str | None = None
+    sm_count: int | None = None
+    l2_bytes: int | None = None
+
+
+class ToolInstall(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    path: str
+    version: str | None = None
+    error: str | None = None
+
+
+class Counters(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    rm_profiling_admin_only: bool | None = None
+    cap_sys_admin: bool | None = None
+    cap_perfmon: bool | None = None
+    uid: int | None = None
+    #: The agent's prediction: ``allowed``, ``blocked`` or ``unknown``.
+    verdict: str = "unknown"
+    reason: str = ""
+
+
+class PyPackage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    version: str | None = None
+    cuda: str | None = None
+    error: str | None = None
+
+
+class Probe(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Everything the agent learns about the pod without a GPU context."""
+
+    hostname: str
+    os: str
+    kernel: str
+    arch: str
+    container: list[str]
+    virtualization: list[str]
+    python_path: str
+    python_version: str
+    uid: int
+    user: str
+    home: str
+    cpu_count: int | None = None
+    memory_total_mib: float | None = None
+    gpus: list[Gpu] = msgspec.field(default_factory=list)
+    gpu_source: str | None = None
+    gpu_error: str | None = None
+    driver: str | None = None
+    cuda_driver: str | None = None
+    toolkits: list[ToolInstall] = msgspec.field(default_factory=list)
+    python_packages: list[PyPackage] = msgspec.field(default_factory=list)
+    ncu: list[ToolInstall] = msgspec.field(default_factory=list)
+    nsys: list[ToolInstall] = msgspec.field(default_factory=list)
+    counters: Counters = msgspec.field(default_factory=Counters)
+    probe_s: float = 0.0
+
+
+class ProbeResult(Event, kw_only=True, tag="probe_result"):
+    probe: Probe
+
+
+# -- ncu selection
+class NcuChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    path: str
+    version: str | None
+    compatible: bool
+    reason: str
+
+
+class NcuPlan(Event, kw_only=True, tag="ncu_plan"):
+    driver: str | None
+    cuda_driver: str | None
+    arch: str | None
+    choices: list[NcuChoice]
+    selected: str | None
+    selected_version: str | None
+    reason: str
+    install_plan: list[list[str]] | None = None
+    install_target_version: str | None = None
+    installed: bool = False
+    verified: str | None = None
+
+
+class StatResult(Event, kw_only=True, tag="stat_result"):
+    path: str
+    size: int
+    sha256: str
+
+
+# -- runs
+class RunInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    run_id: str
+    workload: str
+    status: str
+    started: float
+    last_seq: int
+    pid: int | None = None
+
+
+class RunList(Event, kw_only=True, tag="run_list"):
+    runs: list[RunInfo]
+
+
+class RunStarted(Event, kw_only=True, tag="run_started"):
+    spec: RunSpec
+    run_dir: str
+    pid: int
+    hostname: str = ""
+
+
+class TierStarted(Event, kw_only=True, tag="tier_started"):
+    tier: int
+    name: str
+    argv: list[str] | None = None
+
+
+class TierFinished(Event, kw_only=True, tag="tier_finished"):
+    tier: int
+    status: Literal["ok", "failed", "skipped", "fallback"]
+    wall_s: float
+    gpu_s: float | None = None
+    source: str | None = None
+    reason: str = ""
+
+
+class Output(Event, kw_only=True, tag="output"):
+    stream: Literal["stdout", "stderr"]
+    text: str
+    tier: int | None = None
+
+
+class Samples(Event, kw_only=True, tag="samples"):
+    """A batch of Tier-1 samples, each the time of one call in milliseconds."""
+
+    values_ms: list[float]
+    batch: int = 1
+
+
+class TimingStats(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    n: int
+    median_ms: float
+    mean_ms: float
+    stdev_ms: float
+    min_ms: float
+    max_ms: float
+    p5_ms: float
+    p95_ms: float
+    ci_low_ms: float
+    ci_high_ms: float
+    ci_rel_halfwidth: float
+
+
+class Tier1Result(Event, kw_only=True, tag="tier1_result"):
+    stats: TimingStats
+    mode: Literal["cold", "hot"]
+    batch: int
+    warmup: int
+    stop_reason: str
+    bytes: float | None = None
+    flops: float | None = None
+    gbps: float | None = None
+    tflops: float | None = None
+    peak_gbps: float | None = None
+    peak_tflops: float | None = None
+    pct_peak_bw: float | None = None
+    pct_peak_flops: float | None = None
+    peak_source: str | None = None
+    l2_flush_bytes: int | None = None
+
+
+class KernelRow(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    calls: int
+    total_ns: float
+    mean_ns: float
+    share_pct: float
+
+
+class KernelTable(Event, kw_only=True, tag="kernel_table"):
+    source: str
+    kernels: list[KernelRow]
+    gpu_idle_pct: float | None = None
+    memcpy_pct: float | None = None
+
+
+class NcuProgress(Event, kw_only=True, tag="ncu_progress"):
+    kernel: str
+    percent: int
+    passes: int | None = None
+    done: bool = False
+
+
+class Stall(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    reason: str
+    pct: float
+
+
+class KernelMetrics(Event, kw_only=True, tag="kernel_metrics"):
+    """Canonical metrics of one profiled kernel launch; unknown values are ``None``."""
+
+    kernel: str
+    launch: int
+    metrics: dict[str, float | None]
+    stalls: list[Stall] = msgspec.field(default_factory=list)
+    source: str = "ncu_report"
+    block: str | None = None
+    grid: str | None = None
+
+
+class Rule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    kernel: str
+    rule: str
+    kind: str
+    message: str
+    est_speedup_pct: float | None = None
+    speedup_type: str | None = None
+
+
+class RuleFindings(Event, kw_only=True, tag="rule_findings"):
+    rules: list[Rule]
+
+
+class StaticAnalysis(Event, kw_only=True, tag="static_analysis"):
+    kernel: str
+    registers_per_thread: int | None
+    shared_mem_per_block: int | None
+    local_mem_per_thread: int | None
+    block_size: int | None
+    theoretical_occupancy_pct: float | None
+    limiter: str | None
+    source: str
+
+
+class Diagnosis(Event, kw_only=True, tag="diagnosis"):
+    """Something the person must know: a cause, what it means, and what to do."""
+
+    code: str
+    severity: Literal["info", "warning", "error"]
+    title: str
+    cause: str
+    meaning: str = ""
+    remedies: list[str] = msgspec.field(default_factory=list)
+    unmeasured: list[str] = msgspec.field(default_factory=list)
+    details: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class Artifact(Event, kw_only=True, tag="artifact"):
+    name: str
+    path: str
+    size: int
+    sha256: str
+    kind: str = "file"
+
+
+class RunFinished(Event, kw_only=True, tag="run_finished"):
+    status: Literal["ok", "failed", "cancelled"]
+    wall_s: float
+    exit_code: int | None = None
+    error: str | None = None
+
+
+class GpuSample(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    index: int
+    util_pct: float | None = None
+    mem_used_mib: float | None = None
+    sm_clock_mhz: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+
+
+class Telemetry(Event, kw_only=True, tag="telemetry"):
+    gpus: list[GpuSample]
+
+
+Events = (
+    Hello | Pong | Error | Log | ProbeResult | NcuPlan | StatResult | RunList | RunStarted
+    | TierStarted | TierFinished | Output | Samples | Tier1Result | KernelTable
+    | NcuProgress | KernelMetrics | RuleFindings | StaticAnalysis | Diagnosis | Artifact
+    | RunFinished | Telemetry
+)
+
+#: Event types that belong to a run's durable log (written to events.ndjson on the pod).
+RUN_EVENT_TYPES = frozenset(
+    {
+        "run_started", "tier_started", "tier_finished", "output", "samples",
+        "tier1_result", "kernel_table", "ncu_progress", "kernel_metrics",
+        "rule_findings", "static_analysis", "diagnosis", "artifact", "run_finished",
+        "log",
+    }
+)
+
+
+class BadLine(msgspec.Struct, frozen=True):
+    """A line that could not be decoded; reported, never fatal."""
+
+    reason: str
+    preview: str
+    length: int
+
+
+_event_decoder: msgspec.json.Decoder[Events] = msgspec.json.Decoder(Events)
+_request_decoder: msgspec.json.Decoder[Requests] = msgspec.json.Decoder(Requests)
+_encoder = msgspec.json.Encoder()
+
+
+def encode(msg: Msg) -> bytes:
+    """Encode one message as a line (with its trailing newline)."""
+    return _encoder.encode(msg) + b"\n"
+
+
+def decode_event(line: bytes) -> Events | BadLine:
+    """Decode one line into an event, or describe why it is not one."""
+    if len(line) > MAX_LINE:
+        return BadLine(f"line of {len(line)} bytes exceeds the {MAX_LINE}-byte limit",
+                       _preview(line), len(line))
+    try:
+        return _event_decoder.decode(line)
+    except msgspec.DecodeError as exc:
+        return BadLine(str(exc), _preview(line), len(line))
+
+
+def decode_request(line: bytes) -> Requests:
+    """Decode one request (used by tests; the agent parses requests by hand)."""
+    return _request_decoder.decode(line)
+
+
+def _preview(line: bytes, limit: int = 120) -> str:
+    text = line[:limit].decode("utf-8", "replace")
+    return text + ("…" if len(line) > limit else "")
+
+
+def to_builtins(msg: msgspec.Struct) -> Any:
+    """The JSON-ready form of a message (dicts, lists, scalars)."""
+    return msgspec.to_builtins(msg)

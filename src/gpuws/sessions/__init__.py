@@ -1,0 +1,1 @@
+"""The laptop's memory of profiling sessions: SQLite store, artifacts, cost, compare, export."""

@@ -1,0 +1,1 @@
+"""The Textual workstation. Nothing outside ``gpuws.tui`` imports this package."""
