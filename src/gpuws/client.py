@@ -1,0 +1,184 @@
+"""The laptop's side of the agent link: requests out, events in, over any transport."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TypeVar
+
+from . import protocol
+from .deploy import DeployResult, agent_argv, build_bundle, start_agent
+from .errors import AgentError, ConnectError, ProtocolError
+from .framing import read_events
+from .transport.base import RemoteProcess, Transport
+
+T = TypeVar("T")
+Listener = Callable[[protocol.Events | protocol.BadLine], None]
+
+
+class AgentClient:
+    """One running agent (``serve``) on one pod.
+
+    Answers to requests are matched by ``req``; everything else (run events, telemetry,
+    logs, bad lines) goes to the listeners in arrival order.
+    """
+
+    def __init__(self, transport: Transport, proc: RemoteProcess, deploy: DeployResult,
+                 initial: bytes, python: str) -> None:
+        self.transport = transport
+        self.proc = proc
+        self.deploy = deploy
+        self.hello = deploy.hello
+        self.python = python
+        self.bad_lines: list[protocol.BadLine] = []
+        self.stderr_tail: deque[str] = deque(maxlen=50)
+        self._listeners: list[Listener] = []
+        self._pending: dict[int, asyncio.Future[protocol.Events]] = {}
+        self._ids = itertools.count(1)
+        self._closed = asyncio.Event()
+        self._reader = asyncio.create_task(self._read(initial))
+        self._err_reader = asyncio.create_task(self._read_stderr())
+
+    @classmethod
+    async def connect(cls, transport: Transport, *, python: str = "python3") -> AgentClient:
+        """Connect the transport, deploy and start the agent, wait for its Hello."""
+        await transport.connect()
+        proc, result, rest = await start_agent(transport, python=python)
+        return cls(transport, proc, result, rest, python)
+
+    # -- events
+    def add_listener(self, fn: Listener) -> None:
+        self._listeners.append(fn)
+
+    def remove_listener(self, fn: Listener) -> None:
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(fn)
+
+    async def _read(self, initial: bytes) -> None:
+        try:
+            async for ev in read_events(self.proc.stdout, initial):
+                if isinstance(ev, protocol.BadLine):
+                    self.bad_lines.append(ev)
+                elif ev.req is not None and ev.req in self._pending and ev.run_id is None:
+                    fut = self._pending.pop(ev.req)
+                    if not fut.done():
+                        fut.set_result(ev)
+                    continue
+                for fn in list(self._listeners):
+                    fn(ev)
+        finally:
+            self._closed.set()
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectError(
+                        "the link to the agent closed" + self._stderr_hint(),
+                        title="Connection lost",
+                        remedy="reconnect; runs on the pod go on and can be re-attached"))
+            self._pending.clear()
+
+    async def _read_stderr(self) -> None:
+        with contextlib.suppress(Exception):
+            while True:
+                chunk = await self.proc.stderr.read(65536)
+                if not chunk:
+                    return
+                for line in chunk.decode("utf-8", "replace").splitlines():
+                    self.stderr_tail.append(line)
+
+    def _stderr_hint(self) -> str:
+        return f" (agent said: {self.stderr_tail[-1]})" if self.stderr_tail else ""
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    # -- requests
+    async def request(self, msg: protocol.Request, timeout: float | None = 60.0) -> protocol.Events:
+        """Send a request and wait for its answer; an Error answer raises AgentError."""
+        if self.closed:
+            raise ConnectError("the link to the agent is closed", title="Connection lost",
+                               remedy="reconnect")
+        fut: asyncio.Future[protocol.Events] = asyncio.get_running_loop().create_future()
+        self._pending[msg.req] = fut
+        self.proc.stdin.write(protocol.encode(msg))
+        await self.proc.stdin.drain()
+        try:
+            ev = await asyncio.wait_for(fut, timeout)
+        except TimeoutError as exc:
+            self._pending.pop(msg.req, None)
+            raise ProtocolError(f"no answer to {msg.__class__.__name__} within {timeout} s",
+                                remedy="the pod may be overloaded; try again") from exc
+        if isinstance(ev, protocol.Error):
+            raise AgentError(ev.message, ev.title, ev.remedy, code=ev.code)
+        return ev
+
+    def next_req(self) -> int:
+        return next(self._ids)
+
+    async def ping(self) -> float:
+        t0 = time.monotonic()
+        await self.request(protocol.Ping(req=self.next_req()))
+        return time.monotonic() - t0
+
+    async def probe(self) -> protocol.Probe:
+        ev = await self.request(protocol.ProbeReq(req=self.next_req()), timeout=120)
+        return _expect(ev, protocol.ProbeResult).probe
+
+    async def start_run(self, spec: protocol.RunSpec,
+                        run_id: str | None = None) -> protocol.RunInfo:
+        ev = await self.request(protocol.StartRun(req=self.next_req(), spec=spec, run_id=run_id))
+        return _expect(ev, protocol.RunList).runs[0]
+
+    async def attach(self, run_id: str, from_seq: int = 0, follow: bool = True) -> protocol.RunInfo:
+        ev = await self.request(protocol.Attach(req=self.next_req(), run_id=run_id,
+                                                from_seq=from_seq, follow=follow))
+        return _expect(ev, protocol.RunList).runs[0]
+
+    async def cancel(self, run_id: str) -> protocol.RunInfo:
+        ev = await self.request(protocol.Cancel(req=self.next_req(), run_id=run_id), timeout=30)
+        return _expect(ev, protocol.RunList).runs[0]
+
+    async def list_runs(self) -> list[protocol.RunInfo]:
+        ev = await self.request(protocol.ListRuns(req=self.next_req()))
+        return _expect(ev, protocol.RunList).runs
+
+    async def telemetry(self, interval_s: float) -> None:
+        await self.request(protocol.TelemetryReq(req=self.next_req(), interval_s=interval_s))
+
+    async def ncu_plan(self, install: bool = False) -> protocol.NcuPlan:
+        ev = await self.request(protocol.NcuPlanReq(req=self.next_req(), install=install),
+                                timeout=None if install else 120)
+        return _expect(ev, protocol.NcuPlan)
+
+    async def stat_file(self, path: str) -> protocol.StatResult:
+        ev = await self.request(protocol.StatFile(req=self.next_req(), path=path))
+        return _expect(ev, protocol.StatResult)
+
+    def agent_argv(self) -> list[str]:
+        """argv that starts the cached agent on the pod (for side channels)."""
+        return agent_argv(build_bundle(), self.python)
+
+    async def close(self) -> None:
+        """Close the agent's channel and the transport; runs on the pod go on."""
+        with contextlib.suppress(Exception):
+            self.proc.stdin.write_eof()
+        self.proc.close()
+        for task in (self._reader, self._err_reader):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.transport.close()
+
+
+def _expect(ev: protocol.Events, cls: type[T]) -> T:
+    if not isinstance(ev, cls):
+        raise ProtocolError(f"expected {cls.__name__}, got {type(ev).__name__}")
+    return ev
+

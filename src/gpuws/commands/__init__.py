@@ -1,0 +1,1 @@
+"""Headless commands (doctor, run, attach, ...): the scriptable twins of the TUI flows."""

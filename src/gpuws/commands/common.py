@@ -1,0 +1,40 @@
+"""What every pod-facing command shares: connecting, and printing errors the same way."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from rich.console import Console
+
+from ..client import AgentClient
+from ..transport import make_transport
+
+
+def add_connection_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("host", help="ssh alias, user@host[:port], or 'local' for this machine")
+    p.add_argument("-F", dest="ssh_config", metavar="FILE",
+                   help="ssh config file (default ~/.ssh/config)")
+    p.add_argument("-p", dest="port", type=int, help="port (overrides the config)")
+    p.add_argument("-l", dest="user", help="remote user (overrides the config)")
+    p.add_argument("--accept-new", action="store_true",
+                   help="record an unknown host key (like StrictHostKeyChecking=accept-new); "
+                        "a changed key is still refused")
+    p.add_argument("--python", default="python3", help="the pod's python (default python3)")
+
+
+async def connect(args: argparse.Namespace) -> AgentClient:
+    transport = make_transport(args.host, config_file=args.ssh_config, port=args.port,
+                               user=args.user, accept_new=args.accept_new)
+    return await AgentClient.connect(transport, python=args.python)
+
+
+def console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def print_json(data: Any) -> None:
+    import json
+
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")

@@ -1,0 +1,361 @@
+"""Durable runs on the pod: run directories, the event log, starting/listing/cancelling workers.
+
+A run lives in ``~/.cache/gpuws/runs/<run_id>/``:
+
+- ``spec.json``      the RunSpec as sent
+- ``events.ndjson``  every run event, one line each; line N has ``seq`` N (gap-free from 0)
+- ``worker.pid``     the detached worker's pid (its own session and process group)
+- ``worker.log``     the worker's own stderr (tracebacks land here, not in a pipe)
+- ``artifacts/``     files the run produced (``$GPUWS_ARTIFACT_DIR`` for the workload)
+
+Only the worker appends to ``events.ndjson``; ``serve`` only reads it. The one exception
+is a worker that died without writing ``run_finished``: ``serve`` appends that event
+itself once the worker is gone, so every run ends with a final status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from . import wire
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+FINISHED_MARK = b'"type":"run_finished"'
+
+
+def cache_root() -> str:
+    """The pod-side cache; ``GPUWS_POD_CACHE`` overrides (the bootstrap honours it too)."""
+    return os.environ.get("GPUWS_POD_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                             "gpuws")
+
+
+def runs_root() -> str:
+    return os.path.join(cache_root(), "runs")
+
+
+def ensure_private_dir(path: str) -> None:
+    """Create ``path`` (0700) or check an existing one is ours and not writable by others.
+
+    On a shared pod another user could pre-create our cache directory and swap files
+    under us; refusing such a directory is the only safe answer.
+    """
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise PermissionError("%s is not a plain directory" % path)
+    if st.st_uid != os.getuid():
+        raise PermissionError("%s is owned by uid %d, not by us (uid %d)"
+                              % (path, st.st_uid, os.getuid()))
+    if st.st_mode & 0o022:
+        os.chmod(path, st.st_mode & ~0o077 & 0o7777)
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def run_dir(run_id: str) -> str:
+    if not RUN_ID_RE.match(run_id):
+        raise ValueError("invalid run id %r" % run_id)
+    return os.path.join(runs_root(), run_id)
+
+
+class EventLog:
+    """The worker's append-only event log; assigns ``seq`` and writes one line per event."""
+
+    def __init__(self, run_id: str, path: str) -> None:
+        self.run_id = run_id
+        self.path = path
+        # Resume numbering if the file exists (a worker restarted on the same dir).
+        self.seq = count_lines(path)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._lock = threading.Lock()
+
+    def append(self, event: Dict[str, Any]) -> int:
+        with self._lock:
+            # run_id and seq first: readers find them without parsing the whole line.
+            body: Dict[str, Any] = {"type": event["type"], "run_id": self.run_id,
+                                    "seq": self.seq}
+            for key, value in event.items():
+                if key not in body:
+                    body[key] = value
+            if "ts" not in body:
+                body["ts"] = time.time()
+            line = wire.dumps(body)
+            written = 0
+            while written < len(line):
+                written += os.write(self._fd, line[written:])
+            self.seq += 1
+            return self.seq - 1
+
+    def sync(self) -> None:
+        with self._lock:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                os.fsync(self._fd)
+            except OSError:
+                pass
+            os.close(self._fd)
+
+
+def count_lines(path: str) -> int:
+    try:
+        with open(path, "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0
+
+
+def read_pid(rdir: str) -> Optional[int]:
+    try:
+        with open(os.path.join(rdir, "worker.pid")) as f:
+            return int(f.read().strip() or "0") or None
+    except (OSError, ValueError):
+        return None
+
+
+def pid_alive(pid: Optional[int], run_id: str) -> bool:
+    """Whether ``pid`` is still our worker (guards against pid reuse through cmdline)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            cmdline = f.read()
+        if run_id.encode() not in cmdline:
+            return False
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            # A zombie (our own unreaped child) is not alive.
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return True
+
+
+def last_line(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 65536))
+            lines = f.read().splitlines()
+            return lines[-1] if lines else b""
+    except OSError:
+        return b""
+
+
+def run_status(run_id: str) -> Dict[str, Any]:
+    rdir = run_dir(run_id)
+    events = os.path.join(rdir, "events.ndjson")
+    try:
+        with open(os.path.join(rdir, "spec.json")) as f:
+            spec = json.load(f)
+    except (OSError, ValueError):
+        spec = {}
+    last = last_line(events)
+    pid = read_pid(rdir)
+    if FINISHED_MARK in last:
+        try:
+            status = str(json.loads(last.decode()).get("status", "finished"))
+        except ValueError:
+            status = "finished"
+    elif pid_alive(pid, run_id):
+        status = "running"
+    else:
+        status = "lost"
+    try:
+        started = os.stat(os.path.join(rdir, "spec.json")).st_mtime
+    except OSError:
+        started = 0.0
+    return {"run_id": run_id, "workload": str(spec.get("workload", "?")), "status": status,
+            "started": started, "last_seq": count_lines(events) - 1, "pid": pid}
+
+
+def list_runs() -> List[Dict[str, Any]]:
+    root = runs_root()
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        if RUN_ID_RE.match(name) and os.path.isdir(os.path.join(root, name)):
+            out.append(run_status(name))
+    return out
+
+
+def start_worker(spec: Dict[str, Any], run_id: Optional[str] = None) -> Dict[str, Any]:
+    """Create the run dir and start a detached worker; returns the run's status dict."""
+    ensure_private_dir(cache_root())
+    ensure_private_dir(runs_root())
+    run_id = run_id or new_run_id()
+    rdir = run_dir(run_id)
+    os.mkdir(rdir, 0o700)  # fails if the id is taken: never mix two runs' events
+    os.mkdir(os.path.join(rdir, "artifacts"), 0o700)
+    tmp = os.path.join(rdir, "spec.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(spec, f)
+    os.replace(tmp, os.path.join(rdir, "spec.json"))
+    log = os.open(os.path.join(rdir, "worker.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        # start_new_session: the worker gets its own session and process group, so a
+        # dropped SSH link (SIGHUP to the session) does not reach it and Cancel can
+        # kill the whole group (ncu, the workload) at once.
+        proc = subprocess.Popen(
+            [sys.executable, agent_entry(), "worker", run_id],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True,
+            start_new_session=True, cwd=rdir,
+        )
+    finally:
+        os.close(log)
+    with open(os.path.join(rdir, "worker.pid"), "w") as f:
+        f.write(str(proc.pid))
+    _REAPER.add(proc)
+    return {"run_id": run_id, "run_dir": rdir, "pid": proc.pid}
+
+
+def agent_entry() -> str:
+    """The path that starts this agent again (the cached .pyz, or the package in tests)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None) or sys.argv[0]
+    if path.endswith("__main__.py"):
+        path = os.path.dirname(path)
+        if os.path.basename(path) == "remote_agent":
+            return path
+    return path
+
+
+class _Reaper:
+    """Reaps finished workers so they do not linger as zombies while ``serve`` lives."""
+
+    def __init__(self) -> None:
+        self._procs: List["subprocess.Popen[bytes]"] = []
+        self._lock = threading.Lock()
+
+    def add(self, proc: "subprocess.Popen[bytes]") -> None:
+        with self._lock:
+            self._procs = [p for p in self._procs if p.poll() is None]
+            self._procs.append(proc)
+
+    def poll(self) -> None:
+        with self._lock:
+            self._procs = [p for p in self._procs if p.poll() is None]
+
+
+_REAPER = _Reaper()
+
+
+def cancel_run(run_id: str, grace_s: float = 3.0) -> Dict[str, Any]:
+    rdir = run_dir(run_id)
+    if not os.path.isdir(rdir):
+        raise FileNotFoundError("no run %s on this pod" % run_id)
+    pid = read_pid(rdir)
+    if pid_alive(pid, run_id):
+        assert pid is not None
+        _signal_group(pid, signal.SIGTERM)
+        deadline = time.time() + grace_s
+        while time.time() < deadline and pid_alive(pid, run_id):
+            _REAPER.poll()
+            time.sleep(0.05)
+        if pid_alive(pid, run_id):
+            _signal_group(pid, signal.SIGKILL)
+            time.sleep(0.1)
+            _REAPER.poll()
+    finish_if_dead(run_id, "cancelled", "cancelled by request")
+    return run_status(run_id)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def finish_if_dead(run_id: str, status: str, error: str) -> bool:
+    """Append ``run_finished`` for a worker that died without writing one."""
+    rdir = run_dir(run_id)
+    path = os.path.join(rdir, "events.ndjson")
+    _REAPER.poll()
+    if FINISHED_MARK in last_line(path) or pid_alive(read_pid(rdir), run_id):
+        return False
+    log = EventLog(run_id, path)
+    try:
+        started = os.stat(os.path.join(rdir, "spec.json")).st_mtime
+        log.append(wire.make("run_finished", status=status, wall_s=time.time() - started,
+                             error=error))
+    finally:
+        log.close()
+    return True
+
+
+def follow(run_id: str, from_seq: int, send_raw: Callable[[bytes], None],
+           stop: threading.Event, follow_live: bool = True, poll_s: float = 0.05) -> int:
+    """Forward lines ``from_seq``.. of a run's log; keep following until ``run_finished``.
+
+    Returns the next seq to send. Only whole lines are forwarded: the worker may be in
+    the middle of writing the last one.
+    """
+    rdir = run_dir(run_id)
+    path = os.path.join(rdir, "events.ndjson")
+    seq = 0
+    pending = b""
+    f = None
+    idle_since = time.time()
+    try:
+        while not stop.is_set():
+            if f is None:
+                try:
+                    f = open(path, "rb")
+                except FileNotFoundError:
+                    if not follow_live:
+                        return seq
+                    time.sleep(poll_s)
+                    continue
+            chunk = f.read(1 << 20)
+            if chunk:
+                idle_since = time.time()
+                pending += chunk
+                lines = pending.split(b"\n")
+                pending = lines.pop()
+                finished = False
+                for line in lines:
+                    if seq >= from_seq:
+                        send_raw(line + b"\n")
+                        if FINISHED_MARK in line:
+                            finished = True
+                    seq += 1
+                if finished:
+                    return seq
+                continue
+            if not follow_live:
+                return seq
+            if time.time() - idle_since > 1.0:
+                # Quiet for a while: is the worker still there?
+                idle_since = time.time()
+                if finish_if_dead(run_id, "failed",
+                                  "the worker process died (killed, or the pod restarted); "
+                                  "see worker.log in the run directory"):
+                    continue
+            time.sleep(poll_s)
+        return seq
+    finally:
+        if f is not None:
+            f.close()

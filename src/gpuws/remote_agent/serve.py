@@ -1,0 +1,239 @@
+"""``serve``: the agent's request loop over stdin/stdout.
+
+Requests arrive one JSON object per line on stdin; every answer and event goes out as
+one line on stdout through a single locked writer. Slow requests (probe, cancel,
+following a run) run on their own threads so a Ping is always answered promptly.
+Runs are never executed here: ``serve`` starts detached workers and tails their logs,
+so a dropped connection only ends this process, never a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, Optional
+
+from . import AGENT_VERSION, runs, wire
+
+Handler = Callable[[Dict[str, Any], "Server"], None]
+
+
+class Server:
+    def __init__(self, writer: wire.Writer) -> None:
+        self.writer = writer
+        self.stop = threading.Event()
+        self._telemetry_interval = 0.0
+        self._telemetry_thread: Optional[threading.Thread] = None
+        self._followers: Dict[str, threading.Event] = {}
+
+    # -- plumbing
+    def send(self, event: Dict[str, Any]) -> None:
+        self.writer.send(event)
+
+    def reply(self, req: Optional[int], type_: str, **fields: Any) -> None:
+        event = wire.make(type_, **fields)
+        if req is not None:
+            event["req"] = req
+        self.send(event)
+
+    def fail(self, req: Optional[int], code: str, title: str, message: str,
+             remedy: str = "") -> None:
+        self.send(wire.error(code, title, message, remedy, req))
+
+    def spawn(self, fn: Callable[[], None], req: Optional[int] = None) -> None:
+        """Run ``fn`` on a thread; a failure is answered to ``req`` so no caller hangs."""
+
+        def run() -> None:
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001 - report, keep serving
+                self.fail(req, "internal", "Agent error", "%s: %s" % (type(exc).__name__, exc))
+        threading.Thread(target=run, daemon=True).start()
+
+    # -- requests
+    def handle(self, line: bytes) -> None:
+        try:
+            msg = json.loads(line.decode("utf-8"))
+            if not isinstance(msg, dict):
+                raise ValueError("not an object")
+        except ValueError as exc:
+            self.fail(None, "bad_request", "Bad request", "unreadable request line: %s" % exc)
+            return
+        req = msg.get("req") if isinstance(msg.get("req"), int) else None
+        handler = HANDLERS.get(str(msg.get("type")))
+        if handler is None:
+            # Never guess what an unknown request meant: refuse it.
+            self.fail(req, "unknown_request", "Unknown request",
+                      "this agent (%s) does not understand %r" % (AGENT_VERSION, msg.get("type")),
+                      "update gpuws on the laptop and reconnect")
+            return
+        try:
+            handler(msg, self)
+        except (KeyError, TypeError, ValueError) as exc:
+            self.fail(req, "bad_request", "Bad request", "%s: %s" % (type(exc).__name__, exc))
+
+    def follow(self, run_id: str, from_seq: int, live: bool) -> None:
+        old = self._followers.get(run_id)
+        if old is not None:
+            old.set()  # one follower per run: a re-attach replaces the old one
+        stop = threading.Event()
+        self._followers[run_id] = stop
+
+        def go() -> None:
+            try:
+                runs.follow(run_id, from_seq, self.writer.send_raw, stop, follow_live=live)
+            finally:
+                if self._followers.get(run_id) is stop:
+                    del self._followers[run_id]
+        self.spawn(go)
+
+    def set_telemetry(self, interval: float) -> None:
+        self._telemetry_interval = interval
+        if interval > 0 and (self._telemetry_thread is None
+                             or not self._telemetry_thread.is_alive()):
+            self._telemetry_thread = threading.Thread(target=self._telemetry_loop, daemon=True)
+            self._telemetry_thread.start()
+
+    def _telemetry_loop(self) -> None:
+        from .gpuinfo import telemetry
+
+        while not self.stop.is_set() and self._telemetry_interval > 0:
+            t0 = time.time()
+            try:
+                self.send(wire.make("telemetry", gpus=telemetry()))
+            except Exception as exc:  # noqa: BLE001 - telemetry is best effort, say why once
+                self.send(wire.make("log", level="warning",
+                                    message="telemetry stopped: %s" % exc))
+                return
+            self.stop.wait(max(0.0, self._telemetry_interval - (time.time() - t0)))
+
+
+def _ping(msg: Dict[str, Any], srv: Server) -> None:
+    srv.reply(msg.get("req"), "pong")
+
+
+def _probe(msg: Dict[str, Any], srv: Server) -> None:
+    def go() -> None:
+        from .probe import probe
+
+        srv.reply(msg.get("req"), "probe_result", probe=probe())
+    srv.spawn(go, msg.get("req"))
+
+
+def _run_info(status: Dict[str, Any]) -> Dict[str, Any]:
+    keys = ("run_id", "workload", "status", "started", "last_seq", "pid")
+    return {k: status[k] for k in keys}
+
+
+def _start_run(msg: Dict[str, Any], srv: Server) -> None:
+    spec = msg["spec"]
+    if not isinstance(spec, dict) or not isinstance(spec.get("workload"), str):
+        raise ValueError("spec.workload is required")
+    started = runs.start_worker(spec, msg.get("run_id"))
+    srv.reply(msg.get("req"), "run_list", runs=[_run_info(runs.run_status(started["run_id"]))])
+    srv.follow(started["run_id"], 0, live=True)
+
+
+def _attach(msg: Dict[str, Any], srv: Server) -> None:
+    run_id = str(msg["run_id"])
+    if not os.path.isdir(runs.run_dir(run_id)):
+        srv.fail(msg.get("req"), "no_such_run", "No such run",
+                 "run %s does not exist on this pod (deleted, or the pod was replaced)" % run_id,
+                 "list the pod's runs with `gpuws runs HOST`")
+        return
+    srv.reply(msg.get("req"), "run_list", runs=[_run_info(runs.run_status(run_id))])
+    srv.follow(run_id, int(msg.get("from_seq") or 0), live=bool(msg.get("follow", True)))
+
+
+def _cancel(msg: Dict[str, Any], srv: Server) -> None:
+    run_id = str(msg["run_id"])
+
+    def go() -> None:
+        try:
+            status = runs.cancel_run(run_id)
+        except FileNotFoundError as exc:
+            srv.fail(msg.get("req"), "no_such_run", "No such run", str(exc))
+            return
+        srv.reply(msg.get("req"), "run_list", runs=[_run_info(status)])
+    srv.spawn(go, msg.get("req"))
+
+
+def _list_runs(msg: Dict[str, Any], srv: Server) -> None:
+    srv.reply(msg.get("req"), "run_list", runs=[_run_info(r) for r in runs.list_runs()])
+
+
+def _telemetry(msg: Dict[str, Any], srv: Server) -> None:
+    srv.set_telemetry(float(msg.get("interval_s", 1.0)))
+    srv.reply(msg.get("req"), "pong")
+
+
+def _stat_file(msg: Dict[str, Any], srv: Server) -> None:
+    path = safe_path(str(msg["path"]))
+    from .worker import sha256_file
+
+    size, digest = sha256_file(path)
+    srv.reply(msg.get("req"), "stat_result", path=path, size=size, sha256=digest)
+
+
+def _ncu_plan(msg: Dict[str, Any], srv: Server) -> None:
+    def go() -> None:
+        from .ncu_provision import plan_event
+
+        srv.send(plan_event(bool(msg.get("install")), msg.get("req"), srv.send))
+    srv.spawn(go, msg.get("req"))
+
+
+def _shutdown(msg: Dict[str, Any], srv: Server) -> None:
+    srv.reply(msg.get("req"), "pong")
+    srv.stop.set()
+
+
+HANDLERS: Dict[str, Handler] = {
+    "ping": _ping, "probe": _probe, "start_run": _start_run, "attach": _attach,
+    "cancel": _cancel, "list_runs": _list_runs, "telemetry": _telemetry,
+    "stat_file": _stat_file, "ncu_plan": _ncu_plan, "shutdown": _shutdown,
+}
+
+
+def safe_path(path: str) -> str:
+    """Resolve ``path`` and refuse anything outside gpuws's own run directories."""
+    real = os.path.realpath(os.path.expanduser(path))
+    root = os.path.realpath(runs.runs_root())
+    if not real.startswith(root + os.sep):
+        raise ValueError("refusing to read %s: only files under %s are served" % (path, root))
+    return real
+
+
+def self_sha256() -> str:
+    try:
+        with open(sys.argv[0], "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return "unbundled"
+
+
+def main() -> int:
+    writer = wire.Writer()
+    srv = Server(writer)
+    writer.send(wire.make("hello", agent_version=AGENT_VERSION, agent_sha256=self_sha256(),
+                          protocol_version=wire.PROTOCOL_VERSION,
+                          python="%d.%d.%d" % sys.version_info[:3], pid=os.getpid()))
+    stdin = sys.stdin.buffer
+    while not srv.stop.is_set():
+        line = stdin.readline(wire.MAX_LINE + 1)
+        if not line:
+            break  # the laptop closed the channel; runs go on without us
+        if len(line) > wire.MAX_LINE and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):  # skip the rest of the oversized line
+                line = stdin.readline(wire.MAX_LINE)
+            srv.fail(None, "bad_request", "Bad request", "request line over %d bytes dropped"
+                     % wire.MAX_LINE)
+            continue
+        if line.strip():
+            srv.handle(line)
+    srv.stop.set()
+    return 0
