@@ -169,6 +169,9 @@ class AgentClient:
         """Close the agent's channel and the transport; runs on the pod go on."""
         with contextlib.suppress(Exception):
             self.proc.stdin.write_eof()
+        # serve exits on EOF; waiting reaps it (a local subprocess must not outlive its loop).
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.proc.wait(), 5)
         self.proc.close()
         for task in (self._reader, self._err_reader):
             task.cancel()

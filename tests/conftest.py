@@ -1,0 +1,56 @@
+"""Shared fixtures: a hermetic GPUWS_HOME and real OpenSSH servers on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sshd import SshServer, find_sshd  # type: ignore[import-not-found]
+
+NEEDS_SSHD = pytest.mark.skipif(find_sshd() is None, reason="OpenSSH sshd is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test gets its own gpuws data dir and config; nothing touches the real ones."""
+    monkeypatch.setenv("GPUWS_HOME", str(tmp_path / "gpuws-home"))
+    monkeypatch.setenv("GPUWS_CONFIG", str(tmp_path / "gpuws-config.toml"))
+    monkeypatch.setenv("GPUWS_POD_CACHE", str(tmp_path / "local-pod-cache"))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+
+
+def _server(tmp_path_factory: pytest.TempPathFactory, variant: str) -> Iterator[SshServer]:
+    if find_sshd() is None:
+        pytest.skip("OpenSSH sshd is not installed (the README's test command installs it)")
+    server = SshServer(tmp_path_factory.mktemp(f"sshd-{variant}"), variant).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    """A real sshd with an SFTP subsystem."""
+    yield from _server(tmp_path_factory, "default")
+
+
+@pytest.fixture(scope="session")
+def sshd_nosftp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    """A real sshd without an SFTP subsystem (files must move through exec)."""
+    yield from _server(tmp_path_factory, "nosftp")
+
+
+@pytest.fixture(scope="session")
+def sshd_nopython(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    """A real sshd whose sessions get a PATH without python3."""
+    yield from _server(tmp_path_factory, "nopython")
+
+
+@pytest.fixture
+def ssh_config(sshd: SshServer, tmp_path: Path) -> Path:
+    """Client files for ``sshd`` (alias ``pod``), with a fresh pod cache."""
+    sshd.reset_pod()
+    return sshd.client_files(tmp_path / "client")
