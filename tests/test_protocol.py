@@ -1,0 +1,132 @@
+"""The codec and framing: round trips, hypothesis on random events and garbage, bad lines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuws import protocol
+from gpuws.framing import read_events, read_lines
+
+AGENT_SRC = Path(protocol.__file__).parent / "remote_agent"
+
+
+class BytesReader:
+    """Feeds a byte string in fixed-size chunks, like a socket would."""
+
+    def __init__(self, data: bytes, chunk: int = 7) -> None:
+        self.data, self.chunk, self.pos = data, chunk, 0
+
+    async def read(self, n: int = -1) -> bytes:
+        out = self.data[self.pos:self.pos + min(n, self.chunk)]
+        self.pos += len(out)
+        return out
+
+
+def collect(data: bytes, chunk: int = 7, max_line: int = protocol.MAX_LINE) -> list:
+    async def go() -> list:
+        return [x async for x in read_lines(BytesReader(data, chunk), max_line=max_line)]
+    return asyncio.run(go())
+
+
+def test_every_request_round_trips() -> None:
+    spec = protocol.RunSpec(workload="builtin:saxpy?n=1024", tiers=[1, 3], kernel_regex="sax.*")
+    for msg in (protocol.Ping(req=1), protocol.ProbeReq(req=2), protocol.StartRun(req=3, spec=spec),
+                protocol.Attach(req=4, run_id="r", from_seq=5), protocol.Cancel(req=5, run_id="r"),
+                protocol.ListRuns(req=6), protocol.TelemetryReq(req=7, interval_s=0.5),
+                protocol.NcuPlanReq(req=8, install=True), protocol.StatFile(req=9, path="/x"),
+                protocol.Shutdown(req=10)):
+        line = protocol.encode(msg)
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        assert protocol.decode_request(line[:-1]) == msg
+
+
+def test_events_round_trip_and_carry_the_envelope() -> None:
+    ev = protocol.Samples(run_id="r1", seq=41, ts=1.5, values_ms=[0.24, 0.241], batch=1)
+    back = protocol.decode_event(protocol.encode(ev))
+    assert back == ev and back.run_id == "r1" and back.seq == 41
+
+
+def test_bad_lines_are_reported_not_fatal() -> None:
+    good = protocol.encode(protocol.Pong(req=1))
+    stream = (b"garbage\n" + good + b'{"type":"hello","agent_version":"1"\n'  # truncated
+              + b'{"type":"no_such_type"}\n' + b'{"type":"pong","req":"one"}\n'  # wrong type
+              + b"\x00\xff\xfe\n" + good)
+
+    async def go() -> list:
+        return [x async for x in read_events(BytesReader(stream, 5))]
+    out = asyncio.run(go())
+    assert [type(x).__name__ for x in out] == ["BadLine", "Pong", "BadLine", "BadLine",
+                                               "BadLine", "BadLine", "Pong"]
+    assert "malformed" in out[0].reason
+
+
+def test_oversized_line_is_skipped_and_stream_goes_on() -> None:
+    good = protocol.encode(protocol.Pong(req=2))
+    out = collect(good + b"x" * 5000 + b"\n" + good, chunk=1000, max_line=1000)
+    assert out[0] == good[:-1] and out[2] == good[:-1]
+    assert isinstance(out[1], protocol.BadLine) and out[1].length >= 5000
+
+
+def test_crlf_from_a_terminal_is_tolerated() -> None:
+    assert collect(b'{"type":"pong"}\r\n') == [b'{"type":"pong"}']
+
+
+@given(st.lists(st.binary(max_size=300), max_size=30), st.integers(1, 64))
+@settings(max_examples=200, deadline=None)
+def test_random_garbage_never_raises(lines: list[bytes], chunk: int) -> None:
+    data = b"\n".join(lines)
+
+    async def go() -> list:
+        return [x async for x in read_events(BytesReader(data, chunk))]
+    for item in asyncio.run(go()):
+        assert isinstance(item, (protocol.BadLine, msgspec.Struct))
+
+
+samples = st.builds(
+    protocol.Samples, run_id=st.text(max_size=20), seq=st.integers(0, 2**40),
+    ts=st.floats(0, 2e9), values_ms=st.lists(st.floats(0, 1e6), max_size=50),
+    batch=st.integers(1, 1000))
+outputs = st.builds(protocol.Output, run_id=st.text(max_size=20), seq=st.integers(0, 2**40),
+                    stream=st.sampled_from(["stdout", "stderr"]), text=st.text(max_size=300))
+diags = st.builds(protocol.Diagnosis, code=st.text(max_size=10),
+                  severity=st.sampled_from(["info", "warning", "error"]),
+                  title=st.text(max_size=40), cause=st.text(max_size=200),
+                  remedies=st.lists(st.text(max_size=50), max_size=4))
+
+
+@given(st.lists(st.one_of(samples, outputs, diags), max_size=20), st.integers(1, 97))
+@settings(max_examples=150, deadline=None)
+def test_random_event_streams_round_trip(events: list, chunk: int) -> None:
+    data = b"".join(protocol.encode(e) for e in events)
+
+    async def go() -> list:
+        return [x async for x in read_events(BytesReader(data, chunk))]
+    assert asyncio.run(go()) == events
+
+
+def test_every_event_type_the_agent_writes_is_in_the_protocol() -> None:
+    """Static half of the contract: each wire.make("TYPE", ...) names a known event."""
+    tags = {cls.__struct_config__.tag for cls in protocol.Events.__args__}  # type: ignore[attr-defined]
+    made: set[str] = set()
+    for path in AGENT_SRC.glob("*.py"):
+        made |= set(re.findall(r'wire\.make\(\s*"([a-z0-9_]+)"', path.read_text()))
+        made |= set(re.findall(r'\.reply\([^,]+,\s*"([a-z0-9_]+)"', path.read_text()))
+    assert made, "no agent events found"
+    assert made <= tags, f"agent writes unknown types: {made - tags}"
+
+
+def test_agent_frames_are_seven_bit_clean() -> None:
+    from gpuws.remote_agent import wire
+
+    line = wire.dumps(wire.make("output", stream="stdout", text="naïve ✓ \u2028 \x1b[0m"))
+    assert all(b < 128 for b in line) and line.count(b"\n") == 1
+    ev = protocol.decode_event(line)
+    assert isinstance(ev, protocol.Output) and ev.text == "naïve ✓ \u2028 \x1b[0m"
+    assert json.loads(line)["type"] == "output"
