@@ -1,0 +1,651 @@
+"""NVIDIA GPUs on the pod: NVML through ctypes first, ``nvidia-smi`` as the fallback.
+
+Standard library only (runs on the pod's python3 >= 3.8). The dicts built here have the
+shapes of :class:`gpuws.protocol.Gpu` and :class:`gpuws.protocol.GpuSample` exactly, so
+the laptop decodes them strictly.
+
+NVML is preferred because it answers in microseconds once initialised and needs no
+process per query; telemetry is sampled at >= 1 Hz, so the NVML library and its device
+handles stay open in one lazily created module-level object (:data:`_NVML`). When
+``libnvidia-ml.so.1`` cannot be loaded or initialised (no driver mounted into the
+container, a driver/library version mismatch), one ``nvidia-smi`` call answers instead.
+"""
+
+from __future__ import annotations
+
+import csv
+import ctypes
+import io
+import re
+import shutil
+import subprocess
+import threading
+import xml.etree.ElementTree as ET
+from typing import Any, NamedTuple
+
+#: The soname the driver installs; the unversioned ``libnvidia-ml.so`` only exists where
+#: the development package is installed, so it is not a useful name to try.
+NVML_LIB = "libnvidia-ml.so.1"
+
+#: Fields for the ``nvidia-smi --query-gpu`` fallback of :func:`list_gpus`, in order.
+QUERY_FIELDS = (
+    "index", "name", "uuid", "driver_version", "memory.total", "memory.used",
+    "utilization.gpu", "temperature.gpu", "power.draw", "clocks.sm", "clocks.max.sm",
+    "compute_cap", "pci.bus_id",
+)
+#: Fields for the ``nvidia-smi`` fallback of :func:`telemetry` (the cheap ones only).
+TELEMETRY_FIELDS = (
+    "index", "utilization.gpu", "memory.used", "clocks.sm", "power.draw", "temperature.gpu",
+)
+
+NO_DRIVER = "no NVIDIA driver: libnvidia-ml.so.1 not found and nvidia-smi not on PATH"
+
+# nvidia-smi answers within a second on a healthy machine; a hung driver can block it
+# for minutes, and a probe must never hang with it.
+_SMI_TIMEOUT_S = 10.0
+
+# NVML constants (nvml.h).
+_NVML_SUCCESS = 0
+_NVML_CLOCK_SM = 1
+_NVML_TEMPERATURE_GPU = 0
+_NVML_BUFFER = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE == NVML_DEVICE_UUID_V2_BUFFER_SIZE
+_NVML_DRIVER_BUFFER = 80  # NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
+_MIB = 1024.0 * 1024.0
+
+
+class GpuList(NamedTuple):
+    """What :func:`list_gpus` found.
+
+    Attributes:
+        gpus: One dict shaped like ``protocol.Gpu`` per GPU, in index order.
+        driver: The driver version (``"580.159.04"``), or None.
+        cuda_driver: The CUDA version the driver supports (``"13.0"``), or None.
+        source: ``"nvml"`` or ``"nvidia-smi"``; None when neither worked.
+        error: Why no GPU could be listed (or why NVML was skipped), else None.
+    """
+
+    gpus: list[dict[str, Any]]
+    driver: str | None
+    cuda_driver: str | None
+    source: str | None
+    error: str | None
+
+
+# ----------------------------------------------------------------------------- NVML
+class NvmlError(Exception):
+    """An NVML call returned an error code."""
+
+    def __init__(self, function: str, code: int, text: str) -> None:
+        super().__init__(f"{function} failed: {text} (NVML error {code})")
+        self.function = function
+        self.code = code
+
+
+class _NvmlMemory(ctypes.Structure):
+    _fields_ = [
+        ("total", ctypes.c_ulonglong),
+        ("free", ctypes.c_ulonglong),
+        ("used", ctypes.c_ulonglong),
+    ]
+
+
+class _NvmlMemoryV2(ctypes.Structure):
+    # v2 splits out driver-reserved memory, so ``used`` matches what nvidia-smi shows
+    # (v1 counts the reservation as used: ~600 MiB "used" on an idle H200).
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("total", ctypes.c_ulonglong),
+        ("reserved", ctypes.c_ulonglong),
+        ("free", ctypes.c_ulonglong),
+        ("used", ctypes.c_ulonglong),
+    ]
+
+
+# NVML_STRUCT_VERSION(Memory, 2): sizeof(struct) | (version << 24).
+_NVML_MEMORY_V2 = ctypes.sizeof(_NvmlMemoryV2) | (2 << 24)
+
+
+class _NvmlPciInfo(ctypes.Structure):
+    _fields_ = [
+        ("busIdLegacy", ctypes.c_char * 16),
+        ("domain", ctypes.c_uint),
+        ("bus", ctypes.c_uint),
+        ("device", ctypes.c_uint),
+        ("pciDeviceId", ctypes.c_uint),
+        ("pciSubSystemId", ctypes.c_uint),
+        ("busId", ctypes.c_char * 32),
+    ]
+
+
+class _NvmlUtilization(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+class Nvml:
+    """An initialised NVML library with its device handles.
+
+    Use :meth:`open`; every query returns None for a value the GPU does not report
+    (``NVML_ERROR_NOT_SUPPORTED``, e.g. utilisation under MIG) instead of raising.
+    """
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._lib = lib
+        self._handles: list[ctypes.c_void_p] = []
+
+    @classmethod
+    def open(cls, lib_name: str = NVML_LIB) -> Nvml:
+        """Load and initialise NVML and fetch every device handle.
+
+        Raises:
+            OSError: The library cannot be loaded (no driver visible).
+            NvmlError: NVML refused to initialise or to enumerate devices.
+        """
+        nvml = cls(ctypes.CDLL(lib_name))
+        init = "nvmlInit_v2" if nvml._has("nvmlInit_v2") else "nvmlInit"
+        nvml._check(init)
+        count = ctypes.c_uint(0)
+        getter = "nvmlDeviceGetCount_v2" if nvml._has("nvmlDeviceGetCount_v2") else (
+            "nvmlDeviceGetCount")
+        nvml._check(getter, ctypes.byref(count))
+        by_index = ("nvmlDeviceGetHandleByIndex_v2"
+                    if nvml._has("nvmlDeviceGetHandleByIndex_v2")
+                    else "nvmlDeviceGetHandleByIndex")
+        for i in range(count.value):
+            handle = ctypes.c_void_p()
+            nvml._check(by_index, ctypes.c_uint(i), ctypes.byref(handle))
+            nvml._handles.append(handle)
+        return nvml
+
+    @property
+    def count(self) -> int:
+        """Number of GPUs NVML enumerated."""
+        return len(self._handles)
+
+    def close(self) -> None:
+        """Shut NVML down; the object must not be used afterwards."""
+        self._handles = []
+        if self._has("nvmlShutdown"):
+            self._lib.nvmlShutdown()
+
+    # -- plumbing
+    def _has(self, name: str) -> bool:
+        return hasattr(self._lib, name)
+
+    def _error_text(self, code: int) -> str:
+        if self._has("nvmlErrorString"):
+            fn = self._lib.nvmlErrorString
+            fn.restype = ctypes.c_char_p
+            raw = fn(ctypes.c_int(code))
+            if isinstance(raw, bytes):
+                return raw.decode("utf-8", "replace")
+        return "unknown error"
+
+    def _call(self, name: str, *args: Any) -> int:
+        """Call an NVML function; return its code (-1 when the symbol is missing)."""
+        if not self._has(name):
+            return -1
+        return int(getattr(self._lib, name)(*args))
+
+    def _check(self, name: str, *args: Any) -> None:
+        code = self._call(name, *args)
+        if code == -1:
+            raise NvmlError(name, code, "symbol missing from " + NVML_LIB)
+        if code != _NVML_SUCCESS:
+            raise NvmlError(name, code, self._error_text(code))
+
+    def _uint(self, name: str, *args: Any) -> int | None:
+        value = ctypes.c_uint(0)
+        if self._call(name, *args, ctypes.byref(value)) != _NVML_SUCCESS:
+            return None
+        return value.value
+
+    def _text(self, name: str, *args: Any, size: int = _NVML_BUFFER) -> str | None:
+        buf = ctypes.create_string_buffer(size)
+        if self._call(name, *args, buf, ctypes.c_uint(size)) != _NVML_SUCCESS:
+            return None
+        return buf.value.decode("utf-8", "replace")
+
+    # -- system
+    def driver_version(self) -> str | None:
+        """The kernel driver's version, e.g. ``"580.159.04"``."""
+        return self._text("nvmlSystemGetDriverVersion", size=_NVML_DRIVER_BUFFER)
+
+    def cuda_driver_version(self) -> str | None:
+        """The CUDA version the driver supports, e.g. ``"13.0"``."""
+        value = ctypes.c_int(0)
+        name = ("nvmlSystemGetCudaDriverVersion_v2"
+                if self._has("nvmlSystemGetCudaDriverVersion_v2")
+                else "nvmlSystemGetCudaDriverVersion")
+        if self._call(name, ctypes.byref(value)) != _NVML_SUCCESS or value.value <= 0:
+            return None
+        return cuda_version_from_int(value.value)
+
+    # -- devices
+    def _memory(self, handle: ctypes.c_void_p) -> tuple[float | None, float | None]:
+        mem2 = _NvmlMemoryV2()
+        mem2.version = _NVML_MEMORY_V2
+        if self._call("nvmlDeviceGetMemoryInfo_v2", handle, ctypes.byref(mem2)) == 0:
+            return mem2.total / _MIB, mem2.used / _MIB
+        mem = _NvmlMemory()
+        if self._call("nvmlDeviceGetMemoryInfo", handle, ctypes.byref(mem)) == 0:
+            return mem.total / _MIB, mem.used / _MIB
+        return None, None
+
+    def gpu(self, index: int) -> dict[str, Any]:
+        """Static facts of one GPU, shaped like ``protocol.Gpu``."""
+        h = self._handles[index]
+        total, used = self._memory(h)
+        major, minor = ctypes.c_int(0), ctypes.c_int(0)
+        cc: str | None = None
+        if self._call("nvmlDeviceGetCudaComputeCapability", h, ctypes.byref(major),
+                      ctypes.byref(minor)) == _NVML_SUCCESS:
+            cc = f"{major.value}.{minor.value}"
+        pci = _NvmlPciInfo()
+        bus_id: str | None = None
+        pci_fn = ("nvmlDeviceGetPciInfo_v3" if self._has("nvmlDeviceGetPciInfo_v3")
+                  else "nvmlDeviceGetPciInfo_v2")
+        if self._call(pci_fn, h, ctypes.byref(pci)) == _NVML_SUCCESS:
+            bus_id = pci.busId.decode("ascii", "replace") or None
+        sm = self._uint("nvmlDeviceGetClockInfo", h, ctypes.c_int(_NVML_CLOCK_SM))
+        sm_max = self._uint("nvmlDeviceGetMaxClockInfo", h, ctypes.c_int(_NVML_CLOCK_SM))
+        return {
+            "index": index,
+            "name": self._text("nvmlDeviceGetName", h) or "unknown NVIDIA GPU",
+            "uuid": self._text("nvmlDeviceGetUUID", h),
+            "memory_total_mib": total,
+            "memory_used_mib": used,
+            "sm_clock_mhz": None if sm is None else float(sm),
+            "sm_clock_max_mhz": None if sm_max is None else float(sm_max),
+            "compute_capability": cc,
+            "pci_bus_id": bus_id,
+        }
+
+    def virtualization_mode(self, index: int) -> str | None:
+        """``"pass-through"``, ``"vgpu"`` (a guest's virtual GPU), ... or None if unknown.
+
+        A vGPU guest usually cannot read performance counters at all, whatever the
+        RmProfilingAdminOnly setting, so the probe reports this.
+        """
+        mode = self._uint("nvmlDeviceGetVirtualizationMode", self._handles[index])
+        return None if mode is None else _VIRT_MODES.get(mode, f"mode {mode}")
+
+    def sample(self, index: int) -> dict[str, Any]:
+        """Live readings of one GPU, shaped like ``protocol.GpuSample``."""
+        h = self._handles[index]
+        util = _NvmlUtilization()
+        util_pct: float | None = None
+        if self._call("nvmlDeviceGetUtilizationRates", h, ctypes.byref(util)) == 0:
+            util_pct = float(util.gpu)
+        _total, used = self._memory(h)
+        sm = self._uint("nvmlDeviceGetClockInfo", h, ctypes.c_int(_NVML_CLOCK_SM))
+        milliwatts = self._uint("nvmlDeviceGetPowerUsage", h)
+        temp = self._uint("nvmlDeviceGetTemperature", h, ctypes.c_int(_NVML_TEMPERATURE_GPU))
+        return {
+            "index": index,
+            "util_pct": util_pct,
+            "mem_used_mib": used,
+            "sm_clock_mhz": None if sm is None else float(sm),
+            "power_w": None if milliwatts is None else milliwatts / 1000.0,
+            "temp_c": None if temp is None else float(temp),
+        }
+
+
+# nvmlGpuVirtualizationMode_t
+_VIRT_MODES = {0: "none", 1: "pass-through", 2: "vgpu", 3: "host-vgpu", 4: "host-vsga"}
+
+
+def gpu_virtualization(nvml_lib: str = NVML_LIB) -> list[str]:
+    """``"gpuN:MODE"`` for every GPU NVML reports as virtualised (MODE is not ``none``)."""
+    nvml = _NVML.get(nvml_lib)
+    if nvml is None:
+        return []
+    out = []
+    for i in range(nvml.count):
+        mode = nvml.virtualization_mode(i)
+        if mode is not None and mode != "none":
+            out.append(f"gpu{i}:{mode}")
+    return out
+
+
+def cuda_version_from_int(value: int) -> str:
+    """Turn NVML's/the driver API's CUDA version integer into text: 13000 → ``"13.0"``."""
+    return f"{value // 1000}.{(value % 1000) // 10}"
+
+
+class _NvmlState:
+    """The process's one NVML session, opened on first use and kept for telemetry."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.nvml: Nvml | None = None
+        self.error: str | None = None
+        self.tried = False
+
+    def get(self, lib_name: str = NVML_LIB, retry: bool = False) -> Nvml | None:
+        """The open session, opening it if needed; None (with ``error`` set) if it fails.
+
+        A failure is remembered so that 1 Hz telemetry does not dlopen every second;
+        ``retry`` (used by the probe) tries again.
+        """
+        with self.lock:
+            if self.nvml is not None:
+                return self.nvml
+            if self.tried and not retry:
+                return None
+            self.tried = True
+            try:
+                self.nvml = Nvml.open(lib_name)
+                self.error = None
+            except OSError as exc:
+                self.error = f"{lib_name} could not be loaded ({exc})"
+            except NvmlError as exc:
+                self.error = str(exc)
+            return self.nvml
+
+
+_NVML = _NvmlState()
+
+
+# ----------------------------------------------------------------------------- nvidia-smi parsers
+_NA = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]",
+       "[insufficient permissions]", "[gpu is lost]", "[requested functionality has been "
+       "deprecated]"}
+
+
+def _clean(value: str | None) -> str | None:
+    if value is None:
+        return None
+    value = value.strip()
+    return None if value.lower() in _NA else value
+
+
+def _number(value: str | None) -> float | None:
+    """The leading number of ``"143771 MiB"``/``"41 C"``/``"125.86"``; None if absent."""
+    value = _clean(value)
+    if value is None:
+        return None
+    m = re.match(r"[-+]?\d+(?:\.\d+)?", value)
+    return float(m.group(0)) if m else None
+
+
+def _int(value: str | None) -> int | None:
+    number = _number(value)
+    return None if number is None else int(number)
+
+
+def parse_query_csv(text: str, fields: tuple[str, ...] | list[str]) -> list[dict[str, str | None]]:
+    """Parse ``nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits`` output.
+
+    Args:
+        text: The command's stdout.
+        fields: The fields in the order they were asked for.
+
+    Returns:
+        One dict per GPU mapping each field to its text, None where nvidia-smi printed
+        ``[N/A]``/``[Not Supported]``.
+
+    Raises:
+        ValueError: A line has a different number of values than ``fields``.
+    """
+    rows: list[dict[str, str | None]] = []
+    for values in csv.reader(io.StringIO(text), skipinitialspace=True):
+        if not values or not "".join(values).strip():
+            continue
+        if len(values) != len(fields):
+            raise ValueError(
+                f"nvidia-smi printed {len(values)} values for {len(fields)} fields: "
+                + ", ".join(values)[:200])
+        rows.append({fields[i]: _clean(values[i]) for i in range(len(fields))})
+    return rows
+
+
+def gpus_from_query(rows: list[dict[str, str | None]]) -> list[dict[str, Any]]:
+    """``protocol.Gpu`` dicts from :func:`parse_query_csv` rows (missing fields → None)."""
+    gpus = []
+    for pos, row in enumerate(rows):
+        index = _int(row.get("index"))
+        gpus.append({
+            "index": pos if index is None else index,
+            "name": row.get("name") or "unknown NVIDIA GPU",
+            "uuid": row.get("uuid"),
+            "memory_total_mib": _number(row.get("memory.total")),
+            "memory_used_mib": _number(row.get("memory.used")),
+            "sm_clock_mhz": _number(row.get("clocks.sm")),
+            "sm_clock_max_mhz": _number(row.get("clocks.max.sm")),
+            "compute_capability": row.get("compute_cap"),
+            "pci_bus_id": row.get("pci.bus_id"),
+        })
+    return gpus
+
+
+def samples_from_query(rows: list[dict[str, str | None]]) -> list[dict[str, Any]]:
+    """``protocol.GpuSample`` dicts from :func:`parse_query_csv` rows."""
+    samples = []
+    for pos, row in enumerate(rows):
+        index = _int(row.get("index"))
+        samples.append({
+            "index": pos if index is None else index,
+            "util_pct": _number(row.get("utilization.gpu")),
+            "mem_used_mib": _number(row.get("memory.used")),
+            "sm_clock_mhz": _number(row.get("clocks.sm")),
+            "power_w": _number(row.get("power.draw")),
+            "temp_c": _number(row.get("temperature.gpu")),
+        })
+    return samples
+
+
+_SMI_HEADER = re.compile(
+    r"NVIDIA-SMI\s+(?P<smi>\S+).*?Driver Version:\s*(?P<driver>\S+)"
+    r"(?:.*?CUDA Version:\s*(?P<cuda>[\w.]+))?")
+# "|   0  NVIDIA H200                    On  |   00000000:00:06.0 Off |   0 |"
+_SMI_GPU_ROW = re.compile(
+    r"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?:On|Off|N/A)\s*\|\s*"
+    r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])")
+_SMI_TEMP = re.compile(r"(\d+)C\b")
+_SMI_POWER = re.compile(r"(\d+(?:\.\d+)?)W\s*/")
+_SMI_MEM = re.compile(r"(\d+)MiB\s*/\s*(\d+)MiB")
+_SMI_UTIL = re.compile(r"(\d+)%\s+\S+\s*\|")
+
+
+def parse_nvidia_smi_text(text: str) -> dict[str, Any]:
+    """Parse the plain ``nvidia-smi`` table.
+
+    Returns:
+        ``{"driver", "cuda_driver", "gpus", "samples"}``: versions from the header (None
+        when absent or ``N/A``), ``protocol.Gpu`` and ``protocol.GpuSample`` dicts from
+        the device rows. The table truncates long names and shows no UUID or clocks.
+    """
+    driver = cuda = None
+    header = _SMI_HEADER.search(text)
+    if header:
+        driver = _clean(header.group("driver"))
+        cuda = _clean(header.group("cuda"))
+    gpus: list[dict[str, Any]] = []
+    samples: list[dict[str, Any]] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _SMI_GPU_ROW.match(line)
+        if not m:
+            continue
+        # The second line of a device cell: fan, temp, perf, power, memory, util.
+        detail = lines[i + 1] if i + 1 < len(lines) else ""
+        temp = _SMI_TEMP.search(detail)
+        power = _SMI_POWER.search(detail)
+        mem = _SMI_MEM.search(detail)
+        util = _SMI_UTIL.search(detail)
+        index = int(m.group("index"))
+        gpus.append({
+            "index": index,
+            "name": m.group("name").strip(),
+            "memory_total_mib": float(mem.group(2)) if mem else None,
+            "memory_used_mib": float(mem.group(1)) if mem else None,
+            "pci_bus_id": m.group("bus"),
+        })
+        samples.append({
+            "index": index,
+            "util_pct": float(util.group(1)) if util else None,
+            "mem_used_mib": float(mem.group(1)) if mem else None,
+            "power_w": float(power.group(1)) if power else None,
+            "temp_c": float(temp.group(1)) if temp else None,
+        })
+    return {"driver": driver, "cuda_driver": cuda, "gpus": gpus, "samples": samples}
+
+
+def _xml_text(node: ET.Element | None, path: str) -> str | None:
+    if node is None:
+        return None
+    found = node.find(path)
+    return None if found is None or found.text is None else _clean(found.text)
+
+
+def parse_nvidia_smi_xml(text: str) -> dict[str, Any]:
+    """Parse ``nvidia-smi -q -x``.
+
+    Returns:
+        ``{"driver", "cuda_driver", "gpus", "samples"}`` like
+        :func:`parse_nvidia_smi_text`. The XML has no compute capability.
+
+    Raises:
+        ValueError: The text is not nvidia-smi's XML.
+    """
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        raise ValueError(f"not nvidia-smi XML: {exc}") from exc
+    if root.tag != "nvidia_smi_log":
+        raise ValueError(f"not nvidia-smi XML: root element is <{root.tag}>")
+    gpus: list[dict[str, Any]] = []
+    samples: list[dict[str, Any]] = []
+    # nvidia-smi lists devices in index order; the XML carries no index of its own
+    # (minor_number is the /dev/nvidiaN number, which need not match).
+    for index, node in enumerate(root.findall("gpu")):
+        power = _xml_text(node, "gpu_power_readings/instant_power_draw") or _xml_text(
+            node, "gpu_power_readings/power_draw") or _xml_text(node, "power_readings/power_draw")
+        used = _number(_xml_text(node, "fb_memory_usage/used"))
+        sm = _number(_xml_text(node, "clocks/sm_clock"))
+        gpus.append({
+            "index": index,
+            "name": _xml_text(node, "product_name") or "unknown NVIDIA GPU",
+            "uuid": _xml_text(node, "uuid"),
+            "memory_total_mib": _number(_xml_text(node, "fb_memory_usage/total")),
+            "memory_used_mib": used,
+            "sm_clock_mhz": sm,
+            "sm_clock_max_mhz": _number(_xml_text(node, "max_clocks/sm_clock")),
+            "pci_bus_id": _xml_text(node, "pci/pci_bus_id") or node.get("id"),
+        })
+        samples.append({
+            "index": index,
+            "util_pct": _number(_xml_text(node, "utilization/gpu_util")),
+            "mem_used_mib": used,
+            "sm_clock_mhz": sm,
+            "power_w": _number(power),
+            "temp_c": _number(_xml_text(node, "temperature/gpu_temp")),
+        })
+    return {
+        "driver": _xml_text(root, "driver_version"),
+        "cuda_driver": _xml_text(root, "cuda_version"),
+        "gpus": gpus,
+        "samples": samples,
+    }
+
+
+# ----------------------------------------------------------------------------- nvidia-smi runner
+def _run_smi(smi: str, args: list[str]) -> tuple[int, str]:
+    """Run nvidia-smi; (returncode, stdout+stderr). OSError/timeout become rc 127/124."""
+    try:
+        proc = subprocess.run(
+            [smi, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, timeout=_SMI_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return 124, f"{smi} {' '.join(args)} timed out after {_SMI_TIMEOUT_S:.0f} s"
+    except OSError as exc:
+        return 127, f"{smi} could not be run: {exc}"
+    return proc.returncode, proc.stdout
+
+
+_INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
+
+
+def query_gpus(smi: str, fields: tuple[str, ...]) -> tuple[list[dict[str, str | None]], str | None]:
+    """Run ``nvidia-smi --query-gpu`` and parse it, dropping fields this driver lacks.
+
+    Older drivers reject fields newer ones know (``compute_cap`` appeared in R510); the
+    query is retried without each field nvidia-smi names as invalid.
+
+    Returns:
+        (rows, error): rows as from :func:`parse_query_csv`; ``error`` is None on success.
+    """
+    wanted = list(fields)
+    for _attempt in range(len(fields)):
+        rc, out = _run_smi(smi, ["--query-gpu=" + ",".join(wanted),
+                                 "--format=csv,noheader,nounits"])
+        if rc == 0:
+            try:
+                return parse_query_csv(out, wanted), None
+            except ValueError as exc:
+                return [], str(exc)
+        bad = _INVALID_FIELD.findall(out)
+        if not bad or not set(bad) & set(wanted):
+            return [], f"nvidia-smi failed (exit {rc}): {out.strip()[:300]}"
+        wanted = [f for f in wanted if f not in bad]
+    return [], "nvidia-smi rejected every queried field"
+
+
+def _list_gpus_smi(smi: str) -> GpuList:
+    rows, error = query_gpus(smi, QUERY_FIELDS)
+    if error is not None:
+        return GpuList([], None, None, None, error)
+    driver = rows[0].get("driver_version") if rows else None
+    # The query interface has no CUDA version; the table header has it.
+    rc, out = _run_smi(smi, [])
+    cuda = parse_nvidia_smi_text(out)["cuda_driver"] if rc == 0 else None
+    return GpuList(gpus_from_query(rows), driver, cuda, "nvidia-smi", None)
+
+
+def list_gpus(nvml_lib: str = NVML_LIB, smi: str | None = None) -> GpuList:
+    """Every NVIDIA GPU with the driver and its CUDA version.
+
+    Args:
+        nvml_lib: The NVML library to load (a path in tests).
+        smi: The nvidia-smi to fall back on; default: the one on PATH.
+
+    Returns:
+        A :class:`GpuList`. With no driver at all: no GPUs, ``source`` None and an
+        ``error`` that says so plainly. Never raises for a missing driver.
+    """
+    nvml = _NVML.get(nvml_lib, retry=True)
+    if nvml is not None:
+        # Per-device queries never raise: a value a GPU does not report is None.
+        gpus = [nvml.gpu(i) for i in range(nvml.count)]
+        error = None if gpus else "NVML found no NVIDIA GPU"
+        return GpuList(gpus, nvml.driver_version(), nvml.cuda_driver_version(), "nvml", error)
+    nvml_error = _NVML.error
+    smi_path = smi if smi is not None else shutil.which("nvidia-smi")
+    if smi_path is None:
+        if nvml_error is not None and "could not be loaded" in nvml_error:
+            return GpuList([], None, None, None, NO_DRIVER)
+        return GpuList([], None, None, None, f"{nvml_error}; nvidia-smi not on PATH")
+    result = _list_gpus_smi(smi_path)
+    if result.error is not None:
+        return result._replace(error=f"NVML: {nvml_error}; nvidia-smi: {result.error}")
+    if not result.gpus:
+        return result._replace(error="nvidia-smi found no NVIDIA GPU")
+    return result
+
+
+def telemetry(nvml_lib: str = NVML_LIB, smi: str | None = None) -> list[dict[str, Any]]:
+    """Live readings of every GPU, shaped like ``protocol.GpuSample``; cheap (>= 1 Hz).
+
+    NVML stays open between calls; without it, one ``nvidia-smi --query-gpu`` call.
+
+    Returns:
+        One dict per GPU; an empty list where no GPU can be read.
+    """
+    nvml = _NVML.get(nvml_lib)
+    if nvml is not None:
+        return [nvml.sample(i) for i in range(nvml.count)]
+    smi_path = smi if smi is not None else shutil.which("nvidia-smi")
+    if smi_path is None:
+        return []
+    rows, error = query_gpus(smi_path, TELEMETRY_FIELDS)
+    return [] if error is not None else samples_from_query(rows)
