@@ -1,0 +1,110 @@
+"""``gpuws report``: reading a pulled report or CSV on the laptop and showing it."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from gpuws.errors import GpuwsError, UsageError
+from gpuws.remote_agent import ncu_reader
+from gpuws.report import format_metric, read_report, render_report, report_json
+
+FIXTURES = Path(__file__).parent / "fixtures" / "ncu-2025.3.1-h200"
+
+
+def rendered(kernels: list[dict[str, Any]]) -> str:
+    console = Console(record=True, width=140, color_system=None)
+    render_report(kernels, console)
+    return console.export_text()
+
+
+def test_csv_reports_render_metrics_stalls_and_findings() -> None:
+    raw = read_report(FIXTURES / "gemm_raw.csv")
+    details = read_report(str(FIXTURES / "gemm_details.csv"))
+    assert raw[0]["source"] == "ncu_csv_raw" and details[0]["source"] == "ncu_csv_details"
+    out = rendered(raw + details)
+    assert "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT" in out
+    assert "1.639 ms" in out and "168" in out and "1.12 T" in out and "809 FLOP/B" in out
+    assert "gmma" in out and "long scoreboard" in out
+    # Findings are ordered by estimated speedup; those without one come last.
+    order = [out.index(rule) for rule in ("MemoryL2Compression", "IssueSlotUtilization",
+                                          "SOLBottleneck")]
+    assert order == sorted(order)
+    assert "15.6 % (global)" in out
+    # A value ncu did not give is shown as missing, not as zero.
+    assert "Tensor pipe active" in out and "—" in out
+
+
+def test_saxpy_numbers_as_a_person_reads_them() -> None:
+    out = rendered(read_report(FIXTURES / "saxpy_raw.csv"))
+    for text in ("246.5 us", "66.3 %", "100.0 %", "1024 B", "(262144, 1, 1)", "81.3"):
+        assert text in out, text
+
+
+def test_json_round_trip() -> None:
+    kernels = read_report(FIXTURES / "saxpy_details.csv")
+    assert json.loads(report_json(kernels)) == kernels
+    kernels[0]["metrics"]["flops"] = float("nan")
+    assert json.loads(report_json(kernels))[0]["metrics"]["flops"] is None
+
+
+def test_ncu_rep_without_the_module_says_what_to_install(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    rep = tmp_path / "profile.ncu-rep"
+    rep.write_bytes(b"\x00NVIDIA binary report")
+
+    def missing(ncu_path: str | None = None) -> Any:
+        raise ImportError("No module named 'ncu_report'")
+
+    monkeypatch.setattr(ncu_reader, "load_ncu_report_module", missing)
+    with pytest.raises(GpuwsError) as info:
+        read_report(rep)
+    assert "pip install ncu-report" in info.value.remedy
+    assert "--csv" in info.value.remedy
+    assert "profile.ncu-rep" in info.value.one_line()
+
+
+def test_ncu_rep_through_the_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rep = tmp_path / "k.ncu-rep"
+    rep.write_bytes(b"\x00")
+    metric = types.SimpleNamespace(has_value=lambda: True, kind=lambda: 4,
+                                   as_double=lambda: 1234.0, unit=lambda: "ns")
+    action = types.SimpleNamespace(
+        name=lambda *base: "k(int)", metric_names=lambda: ("gpu__time_duration.sum",),
+        metric_by_name=lambda name: metric, rule_results_as_dicts=lambda: [])
+    rng = types.SimpleNamespace(num_actions=lambda: 1, action_by_idx=lambda i: action)
+    ctx = types.SimpleNamespace(num_ranges=lambda: 1, range_by_idx=lambda i: rng)
+    module = types.SimpleNamespace(load_report=lambda path: ctx)
+    monkeypatch.setattr(ncu_reader, "load_ncu_report_module", lambda ncu_path=None: module)
+    (kernel,) = read_report(rep)
+    assert kernel["kernel"] == "k(int)" and kernel["metrics"]["duration_ns"] == 1234.0
+    assert "1.234 us" in rendered([kernel])
+
+
+def test_missing_empty_and_profile_less_files(tmp_path: Path) -> None:
+    with pytest.raises(UsageError):
+        read_report(tmp_path / "nope.csv")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(GpuwsError, match="no profiled kernel"):
+        read_report(empty)
+    no_kernels = tmp_path / "no_kernels.csv"
+    no_kernels.write_text((FIXTURES / "no_kernels.txt").read_text())
+    with pytest.raises(GpuwsError, match="no profiled kernel"):
+        read_report(no_kernels)
+
+
+def test_format_metric() -> None:
+    assert format_metric("duration_ns", 246_528.0) == "246.5 us"
+    assert format_metric("duration_ns", 950.0) == "950 ns"
+    assert format_metric("duration_ns", 2.5e9) == "2.5 s"
+    assert format_metric("shared_mem_per_block", 189_660.0) == "190 KB"
+    assert format_metric("dram_bytes", 1.380e9) == "1.38 GB"
+    assert format_metric("l2_hit_pct", None) == "—"
+    assert format_metric("registers_per_thread", 168.0) == "168"
+    assert rendered([]).strip() == "no profiled kernels"
