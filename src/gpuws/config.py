@@ -1,0 +1,133 @@
+"""The laptop's config file (TOML), decoded strictly into typed Structs.
+
+Example ``config.toml``::
+
+    [defaults]
+    rate_usd_per_hour = 2.50     # used for any host without its own entry
+
+    [hosts.pod]                  # the name you pass to `gpuws connect`
+    rate_usd_per_hour = 3.99
+    budget_usd = 20.0
+
+An unknown key is an error (a typo must not silently cost money), reported with the file
+and the offending path.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+
+from gpuws.errors import ConfigError
+from gpuws.locations import config_path
+
+NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Settings for one host (or the defaults for every host).
+
+    Attributes:
+        rate_usd_per_hour: what the pod costs per hour of connected time, in US dollars.
+        budget_usd: the session cost at which gpuws warns, in US dollars.
+    """
+
+    rate_usd_per_hour: NonNegative | None = None
+    budget_usd: NonNegative | None = None
+
+
+class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The whole config file.
+
+    Attributes:
+        defaults: settings for hosts that have no ``[hosts.NAME]`` table (or leave a field out).
+        hosts: per-host settings, keyed by the name given to ``gpuws connect``
+            (an ssh-config alias, or ``user@host[:port]``).
+    """
+
+    defaults: HostConfig = msgspec.field(default_factory=HostConfig)
+    hosts: dict[str, HostConfig] = msgspec.field(default_factory=dict)
+
+
+def load_config(path: Path | None = None) -> Config:
+    """Read and validate the config file.
+
+    Args:
+        path: an explicit file, which must exist; ``None`` reads :func:`config_path`,
+            where a missing file simply means the defaults.
+
+    Returns:
+        The decoded config.
+
+    Raises:
+        ConfigError: the file is unreadable, not TOML, or does not fit :class:`Config`;
+            the message names the file and the reason.
+    """
+    explicit = path is not None
+    target = path if path is not None else config_path()
+    try:
+        raw = target.read_bytes()
+    except FileNotFoundError as exc:
+        if not explicit:
+            return Config()
+        raise ConfigError(f"{target}: no such file",
+                          remedy="check the path given with --config") from exc
+    except OSError as exc:
+        raise ConfigError(f"{target}: {exc.strerror or exc}") from exc
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{target}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{target}: invalid TOML: {exc}") from exc
+    try:
+        return msgspec.convert(data, Config)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{target}: {_where(data, exc)}",
+                          remedy="known keys: rate_usd_per_hour and budget_usd, under "
+                                 "[defaults] or [hosts.NAME]") from exc
+
+
+def _where(data: dict[str, Any], exc: msgspec.ValidationError) -> str:
+    """The validation error, naming the host table it is in (msgspec says ``hosts[...]``)."""
+    hosts = data.get("hosts")
+    if isinstance(hosts, dict):
+        for name, table in hosts.items():
+            try:
+                msgspec.convert(table, HostConfig)
+            except msgspec.ValidationError as host_exc:
+                key = name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'"{name}"'
+                return str(host_exc).replace("`$", f"`hosts.{key}")
+    return str(exc)
+
+
+def host_config(config: Config, host_alias: str | None) -> HostConfig:
+    """The effective settings for a host: its own table over the defaults.
+
+    The alias is looked up as given, then as its bare host name (``user@gpu1:2222`` →
+    ``gpu1``), so one entry covers the different ways of spelling the same pod.
+    """
+    entry: HostConfig | None = None
+    if host_alias:
+        entry = config.hosts.get(host_alias) or config.hosts.get(_bare_host(host_alias))
+    if entry is None:
+        return config.defaults
+    return HostConfig(
+        rate_usd_per_hour=(entry.rate_usd_per_hour if entry.rate_usd_per_hour is not None
+                           else config.defaults.rate_usd_per_hour),
+        budget_usd=(entry.budget_usd if entry.budget_usd is not None
+                    else config.defaults.budget_usd),
+    )
+
+
+def _bare_host(alias: str) -> str:
+    host = alias.rsplit("@", 1)[-1]
+    if host.startswith("["):  # [ipv6]:port
+        return host[1:].split("]", 1)[0]
+    if host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    return host

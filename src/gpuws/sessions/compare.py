@@ -1,0 +1,282 @@
+"""Compare two runs: is B faster than A, by how much, and is it more than noise?
+
+Tier 1: the speedup of medians (``median_A / median_B``: above 1 means B is faster) with
+a 95% bootstrap confidence interval, and Cliff's δ as an effect size that does not
+assume normal timings. Tier 3: the canonical ncu metrics of each kernel side by side.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+import statistics
+from typing import Literal
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+from gpuws.errors import UsageError
+from gpuws.remote_agent.stats import percentile
+from gpuws.sessions.store import KernelMetricsRow, Store
+
+RESAMPLES = 2000
+SEED = 20_240_601
+CONFIDENCE = 0.95
+
+Magnitude = Literal["negligible", "small", "medium", "large"]
+
+
+class Tier1Comparison(msgspec.Struct, frozen=True, kw_only=True):
+    """Tier-1 timing of A against B.
+
+    ``speedup`` is ``median_a / median_b``; ``cliffs_delta`` is P(a > b) − P(a < b), so a
+    positive δ means A's calls tend to take longer than B's.
+    """
+
+    n_a: int
+    n_b: int
+    median_a_ms: float
+    median_b_ms: float
+    speedup: float
+    ci_low: float
+    ci_high: float
+    cliffs_delta: float
+    magnitude: Magnitude
+    #: The confidence interval contains 1.0: no difference can be told from noise.
+    within_noise: bool
+    verdict: str
+
+
+class MetricDelta(msgspec.Struct, frozen=True, kw_only=True):
+    """One metric of one kernel in both runs (``delta = b − a``)."""
+
+    key: str
+    a: float | None
+    b: float | None
+    delta: float | None
+    delta_pct: float | None
+
+
+class KernelComparison(msgspec.Struct, frozen=True, kw_only=True):
+    """A profiled launch matched by kernel name and launch index (absent side: ``None``)."""
+
+    kernel: str
+    launch: int
+    in_a: bool
+    in_b: bool
+    metrics: list[MetricDelta]
+
+
+class Comparison(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything :func:`compare_runs` found."""
+
+    run_a: str
+    run_b: str
+    workload_a: str
+    workload_b: str
+    tier1: Tier1Comparison | None
+    #: Why there is no Tier-1 comparison (empty when there is one).
+    tier1_missing: str
+    kernels: list[KernelComparison]
+    resamples: int = RESAMPLES
+    seed: int = SEED
+    confidence: float = CONFIDENCE
+
+
+def compare_runs(store: Store, a: str, b: str) -> Comparison:
+    """Compare run ``b`` against run ``a`` (ids or unique prefixes).
+
+    Raises:
+        StoreError: a run id is unknown or ambiguous.
+    """
+    run_a, run_b = store.run(a), store.run(b)
+    samples_a, samples_b = store.samples(run_a.run_id), store.samples(run_b.run_id)
+    missing = [r.run_id for r, s in ((run_a, samples_a), (run_b, samples_b)) if not s]
+    tier1 = None
+    reason = ""
+    if missing:
+        reason = "no Tier-1 samples in run " + " and ".join(missing)
+    else:
+        tier1 = compare_samples(samples_a, samples_b, label_a=run_a.run_id,
+                                label_b=run_b.run_id)
+    return Comparison(run_a=run_a.run_id, run_b=run_b.run_id, workload_a=run_a.workload,
+                      workload_b=run_b.workload, tier1=tier1, tier1_missing=reason,
+                      kernels=compare_metrics(store.metrics(run_a.run_id),
+                                              store.metrics(run_b.run_id)))
+
+
+def compare_samples(a: list[float], b: list[float], *, label_a: str = "A",
+                    label_b: str = "B") -> Tier1Comparison:
+    """Compare two sample sets (milliseconds per call); both must be non-empty."""
+    sa, sb = sorted(a), sorted(b)
+    med_a, med_b = statistics.median(sa), statistics.median(sb)
+    speedup = med_a / med_b
+    lo, hi = bootstrap_ratio_ci(sa, sb)
+    delta = cliffs_delta(sa, sb)
+    magnitude = delta_magnitude(delta)
+    within = lo <= 1.0 <= hi
+    ci = f"95% CI {lo:.3f}–{hi:.3f}×"
+    if within:
+        verdict = (f"within noise: {label_b} vs {label_a} speedup {speedup:.3f}× ({ci}); "
+                   "the interval contains 1.0, so no difference can be claimed")
+    elif speedup > 1:
+        verdict = f"{label_b} is {speedup:.3f}× faster than {label_a} ({ci})"
+    else:
+        verdict = f"{label_b} is {1 / speedup:.3f}× slower than {label_a} ({ci})"
+    verdict += f"; Cliff's δ {delta:+.2f} ({magnitude})"
+    return Tier1Comparison(n_a=len(sa), n_b=len(sb), median_a_ms=med_a, median_b_ms=med_b,
+                           speedup=speedup, ci_low=lo, ci_high=hi, cliffs_delta=delta,
+                           magnitude=magnitude, within_noise=within, verdict=verdict)
+
+
+def bootstrap_ratio_ci(sorted_a: list[float], sorted_b: list[float],
+                       resamples: int = RESAMPLES, seed: int = SEED,
+                       confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Percentile bootstrap CI of ``median(A) / median(B)`` (inputs sorted ascending).
+
+    Both sets are resampled with replacement ``resamples`` times from a fixed seed, so
+    the interval is deterministic.
+    """
+    rng = random.Random(seed)
+    ratios = sorted(_resampled_median(sorted_a, rng) / _resampled_median(sorted_b, rng)
+                    for _ in range(resamples))
+    tail_pct = 100.0 * (1.0 - confidence) / 2
+    return percentile(ratios, tail_pct), percentile(ratios, 100.0 - tail_pct)
+
+
+def _resampled_median(xs: list[float], rng: random.Random) -> float:
+    """The median of one bootstrap resample of sorted ``xs``, drawn in O(1).
+
+    Drawing n indices uniformly with replacement and taking the median is the same as
+    drawing the middle order statistic(s) of n uniforms directly: the k-th smallest of n
+    uniforms is Beta(k, n−k+1), and given it is u, the next is u + (1−u)·Beta(1, n−k).
+    Because ``xs`` is sorted, index order is value order, so ``xs[⌊n·U(k)⌋]`` is exactly the
+    resample's k-th smallest value. This makes 2,000 resamples of 100,000 samples cheap
+    where literal resampling would sort 400 million numbers.
+    """
+    n = len(xs)
+    if n == 1:
+        return xs[0]
+    k = (n + 1) // 2
+    u = rng.betavariate(k, n - k + 1)
+    low = xs[min(n - 1, int(n * u))]
+    if n % 2:
+        return low
+    u_next = u + (1.0 - u) * rng.betavariate(1, n - k)
+    return (low + xs[min(n - 1, int(n * u_next))]) / 2
+
+
+def cliffs_delta(a: list[float], b: list[float]) -> float:
+    """Cliff's δ = P(a > b) − P(a < b) over all pairs, in O((n + m) log m)."""
+    sb = sorted(b)
+    m = len(sb)
+    score = 0
+    for x in a:
+        score += bisect.bisect_left(sb, x) - (m - bisect.bisect_right(sb, x))
+    return score / (len(a) * m)
+
+
+def delta_magnitude(delta: float) -> Magnitude:
+    """Romano et al.'s thresholds: |δ| < 0.147 negligible, < 0.33 small, < 0.474 medium."""
+    d = abs(delta)
+    if d < 0.147:
+        return "negligible"
+    if d < 0.33:
+        return "small"
+    if d < 0.474:
+        return "medium"
+    return "large"
+
+
+def compare_metrics(a: list[KernelMetricsRow],
+                    b: list[KernelMetricsRow]) -> list[KernelComparison]:
+    """Pair launches by (kernel, launch) and put their canonical metrics side by side."""
+    by_a = {(r.kernel, r.launch): r for r in a}
+    by_b = {(r.kernel, r.launch): r for r in b}
+    keys = list(by_a) + [k for k in by_b if k not in by_a]
+    out = []
+    for key in keys:
+        ra, rb = by_a.get(key), by_b.get(key)
+        ma = ra.metrics if ra is not None else {}
+        mb = rb.metrics if rb is not None else {}
+        names = list(ma) + [n for n in mb if n not in ma]
+        out.append(KernelComparison(kernel=key[0], launch=key[1], in_a=ra is not None,
+                                    in_b=rb is not None,
+                                    metrics=[_delta(n, ma.get(n), mb.get(n)) for n in names]))
+    return out
+
+
+def _delta(key: str, a: float | None, b: float | None) -> MetricDelta:
+    if a is None or b is None:
+        return MetricDelta(key=key, a=a, b=b, delta=None, delta_pct=None)
+    return MetricDelta(key=key, a=a, b=b, delta=b - a,
+                       delta_pct=100.0 * (b - a) / abs(a) if a != 0 else None)
+
+
+def regression_gate(comparison: Comparison, fail_if_slower_pct: float) -> tuple[bool, str]:
+    """Decide a CI gate: fail only when B is slower than A beyond noise *and* threshold.
+
+    "Beyond" means the whole confidence interval lies past ``fail_if_slower_pct``: a
+    noisy measurement that merely might be that slow does not fail the gate. A missing
+    Tier-1 result fails it, since nothing was shown to be fine.
+
+    Returns:
+        ``(failed, message)``.
+    """
+    if fail_if_slower_pct < 0:
+        raise UsageError(f"--fail-if-slower {fail_if_slower_pct}% must not be negative")
+    c = comparison.tier1
+    if c is None:
+        return True, f"cannot gate {comparison.run_b} against {comparison.run_a}: " + \
+            comparison.tier1_missing
+    limit = 1.0 / (1.0 + fail_if_slower_pct / 100.0)
+    slower = (1.0 / c.speedup - 1.0) * 100.0
+    band = f"{(1.0 / c.ci_high - 1.0) * 100.0:+.1f}% to {(1.0 / c.ci_low - 1.0) * 100.0:+.1f}%"
+    detail = (f"{comparison.run_b} vs {comparison.run_a}: time {slower:+.1f}% "
+              f"(95% CI {band}), limit +{fail_if_slower_pct:g}%")
+    if c.ci_high < limit:
+        return True, f"regression: {detail}; slower beyond noise and the limit"
+    if c.within_noise:
+        return False, f"ok: {detail}; within noise"
+    return False, f"ok: {detail}"
+
+
+def render_comparison(c: Comparison, console: Console) -> None:
+    """Print a comparison as rich tables."""
+    head = Table(title=f"{c.run_b} ({c.workload_b}) vs {c.run_a} ({c.workload_a})")
+    head.add_column("")
+    head.add_column(f"A {c.run_a}", justify="right")
+    head.add_column(f"B {c.run_b}", justify="right")
+    t = c.tier1
+    if t is None:
+        console.print(head)
+        console.print(f"Tier 1: {c.tier1_missing}")
+    else:
+        head.add_row("samples", str(t.n_a), str(t.n_b))
+        head.add_row("median", f"{t.median_a_ms:.4f} ms", f"{t.median_b_ms:.4f} ms")
+        console.print(head)
+        style = "yellow" if t.within_noise else ("green" if t.speedup > 1 else "red")
+        console.print(f"speedup (A/B) {t.speedup:.3f}×, {int(c.confidence * 100)}% CI "
+                      f"[{t.ci_low:.3f}, {t.ci_high:.3f}] ({c.resamples} bootstrap resamples)")
+        console.print(t.verdict, style=style)
+    for k in c.kernels:
+        table = Table(title=f"{k.kernel} (launch {k.launch})"
+                      + ("" if k.in_a and k.in_b else " — only in " + ("A" if k.in_a else "B")))
+        for col in ("metric", "A", "B", "Δ", "Δ%"):
+            table.add_column(col, justify="left" if col == "metric" else "right")
+        for m in k.metrics:
+            table.add_row(m.key, _num(m.a), _num(m.b), _num(m.delta),
+                          "" if m.delta_pct is None else f"{m.delta_pct:+.1f}%")
+        console.print(table)
+
+
+def comparison_json(c: Comparison) -> str:
+    """The comparison as indented JSON (stable field order)."""
+    return msgspec.json.format(msgspec.json.encode(c), indent=2).decode("utf-8")
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"

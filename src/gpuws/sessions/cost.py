@@ -1,0 +1,156 @@
+"""Session economics: what the connected time cost, and what it was spent on.
+
+A pod bills for wall time, so the session's cost is its connected time × the rate.
+Phases (each run's tiers, transfers, provisioning) say where that time went; whatever no
+phase covers is idle, and idle time is shown and warned about, because it is the part a
+person can most easily stop paying for.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from gpuws.config import Config, host_config
+from gpuws.errors import UsageError
+from gpuws.sessions.store import PhaseRow, Store
+
+#: Warn when the session's cost reaches this share of its budget.
+BUDGET_WARN_FRACTION = 0.8
+#: Warn when more than this share of connected time was idle (and at least IDLE_WARN_MIN_S).
+IDLE_WARN_FRACTION = 0.5
+IDLE_WARN_MIN_S = 300.0
+
+
+class PhaseCost(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of the economics table (``cost_usd`` is ``None`` when the rate is unknown)."""
+
+    phase: str
+    run_id: str | None
+    started: float
+    duration_s: float
+    gpu_s: float | None
+    cost_usd: float | None
+    #: True while the phase has not reported its end (its duration runs to now/session end).
+    open: bool = False
+
+
+class Economics(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a session's time and money went.
+
+    ``busy_s`` counts overlapping phases once; ``idle_s = connected_s − busy_s``.
+    """
+
+    session_id: str
+    rate_usd_per_hour: float | None
+    budget_usd: float | None
+    connected_s: float
+    busy_s: float
+    idle_s: float
+    gpu_s: float
+    rows: list[PhaseCost]
+    idle_cost_usd: float | None
+    total_cost_usd: float | None
+    #: The session is still connected; its figures run up to ``now``.
+    live: bool
+    #: Cost has reached BUDGET_WARN_FRACTION of the budget.
+    budget_warning: bool
+    over_budget: bool
+    idle_warning: bool
+
+    @property
+    def idle_pct(self) -> float:
+        """Idle share of connected time, in percent (0 for an empty session)."""
+        return 100.0 * self.idle_s / self.connected_s if self.connected_s > 0 else 0.0
+
+
+def resolve_rate(flag: float | None, host_alias: str | None, config: Config) -> float | None:
+    """The $/hour for a session: the command-line flag, else the host's config, else defaults.
+
+    Returns:
+        The rate, or ``None`` when nobody said (the UI then asks once).
+
+    Raises:
+        UsageError: the flag is negative.
+    """
+    if flag is not None:
+        if flag < 0:
+            raise UsageError(f"a rate of {flag} $/hour is negative")
+        return flag
+    return host_config(config, host_alias).rate_usd_per_hour
+
+
+def resolve_budget(flag: float | None, host_alias: str | None, config: Config) -> float | None:
+    """The session budget in dollars, resolved like :func:`resolve_rate`."""
+    if flag is not None:
+        if flag < 0:
+            raise UsageError(f"a budget of {flag} $ is negative")
+        return flag
+    return host_config(config, host_alias).budget_usd
+
+
+def economics(store: Store, session_id: str, now: float | None = None) -> Economics:
+    """Compute a session's phase table, idle time, cost and warnings.
+
+    Args:
+        store: the session store.
+        session_id: a session id or unique prefix.
+        now: the time an open session (or an open phase) is measured up to; defaults
+            to the current time.
+    """
+    session = store.session(session_id)
+    end = session.ended if session.ended is not None else (time.time() if now is None else now)
+    connected = max(0.0, end - session.started)
+    rate = session.rate_usd_per_hour
+
+    def cost(seconds: float) -> float | None:
+        return None if rate is None else seconds * rate / 3600.0
+
+    rows: list[PhaseCost] = []
+    intervals: list[tuple[float, float]] = []
+    for p in store.phases(session.id):
+        stop = p.ended if p.ended is not None else max(end, p.started)
+        duration = stop - p.started
+        rows.append(PhaseCost(phase=p.phase, run_id=p.run_id, started=p.started,
+                              duration_s=duration, gpu_s=p.gpu_s, cost_usd=cost(duration),
+                              open=p.ended is None))
+        intervals.append(_clip(p, stop, session.started, end))
+    busy = _union_length(intervals)
+    idle = max(0.0, connected - busy)
+    total = cost(connected)
+    budget = session.budget_usd
+    return Economics(
+        session_id=session.id, rate_usd_per_hour=rate, budget_usd=budget,
+        connected_s=connected, busy_s=busy, idle_s=idle,
+        gpu_s=sum(r.gpu_s for r in rows if r.gpu_s is not None),
+        rows=rows, idle_cost_usd=cost(idle), total_cost_usd=total,
+        live=session.ended is None,
+        budget_warning=(total is not None and budget is not None
+                        and total >= BUDGET_WARN_FRACTION * budget),
+        over_budget=total is not None and budget is not None and total > budget,
+        idle_warning=idle >= IDLE_WARN_MIN_S and idle > IDLE_WARN_FRACTION * connected,
+    )
+
+
+def _clip(p: PhaseRow, stop: float, lo: float, hi: float) -> tuple[float, float]:
+    # A phase replayed from a run that outlived its connection can reach outside the
+    # session; only the part inside the connected window is busy time of this session.
+    return max(p.started, lo), min(stop, hi)
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by the intervals, counting overlaps once."""
+    total = 0.0
+    cur_start: float | None = None
+    cur_end = 0.0
+    for start, stop in sorted(i for i in intervals if i[1] > i[0]):
+        if cur_start is None or start > cur_end:
+            if cur_start is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, stop
+        else:
+            cur_end = max(cur_end, stop)
+    if cur_start is not None:
+        total += cur_end - cur_start
+    return total

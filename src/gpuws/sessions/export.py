@@ -1,0 +1,510 @@
+"""A session as a GitHub-flavoured markdown report, the kind pasted into a pull request.
+
+Everything comes from the store: the probe for the environment, each run's events for
+its commands and results, the derived tables for metrics, rules, diagnoses and
+artifacts, and the phase ledger for the economics. The output depends on nothing but
+the stored data, so exporting the same session twice gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from gpuws import __version__, protocol
+from gpuws.errors import StoreError
+from gpuws.sessions.compare import Comparison, compare_runs
+from gpuws.sessions.cost import Economics, economics
+from gpuws.sessions.store import ArtifactRow, KernelMetricsRow, RunRow, SessionRow, Store
+
+#: The viewer for each artifact kind (by file suffix).
+VIEWERS = {".ncu-rep": "ncu-ui", ".nsys-rep": "nsys-ui", ".qdrep": "nsys-ui"}
+_TIER_NAMES = {1: "CUDA events", 2: "timeline", 3: "Nsight Compute"}
+#: Readable names of the canonical ncu metrics (the key is shown too, for grepping).
+_LABELS = {
+    "duration_ns": "duration", "sm_throughput_pct": "SM throughput",
+    "memory_throughput_pct": "memory throughput", "dram_throughput_pct": "DRAM throughput",
+    "achieved_occupancy_pct": "achieved occupancy",
+    "theoretical_occupancy_pct": "theoretical occupancy",
+    "registers_per_thread": "registers/thread", "shared_mem_per_block": "shared memory/block",
+    "l1_hit_pct": "L1 hit rate", "l2_hit_pct": "L2 hit rate",
+    "tensor_pipe_active_pct": "tensor pipe active", "flops": "FLOPs",
+    "dram_bytes": "DRAM bytes", "arithmetic_intensity": "arithmetic intensity",
+}
+_REPORT_TYPES = ("tier_started", "tier_finished", "tier1_result", "kernel_table",
+                 "static_analysis")
+
+
+def export_session(store: Store, session_id: str, now: float | None = None) -> str:
+    """Render a whole session as markdown.
+
+    Args:
+        store: the session store.
+        session_id: a session id or unique prefix.
+        now: the time a still-connected session is measured up to (default: now).
+
+    Raises:
+        StoreError: the session is unknown.
+    """
+    session = store.session(session_id)
+    econ = economics(store, session.id, now=now)
+    out: list[str] = [f"# gpuws session {_code(session.id, cell=False)}", ""]
+    out += _summary(session, econ)
+    out += ["", "## Environment", ""]
+    out += _environment(session.probe)
+    session_diagnoses = store.session_diagnoses(session.id)
+    if session_diagnoses:
+        out += ["", "### Session diagnoses", ""]
+        for d in session_diagnoses:
+            out += _diagnosis(d)
+    for run in store.runs(session.id):
+        out += [""]
+        out += _run_section(store, run)
+    out += ["", "## Economics", ""]
+    out += _economics(econ)
+    out += ["", f"<sub>Exported by gpuws {__version__}.</sub>", ""]
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- header
+def _summary(s: SessionRow, econ: Economics) -> list[str]:
+    end = "still connected" if s.ended is None else _when(s.ended)
+    lines = [
+        f"- Host: {_code(s.host, cell=False)} via {_esc(s.transport)}",
+        f"- Connected: {_when(s.started)} → {end} ({_dur(econ.connected_s)})",
+        f"- Runs: {s.run_count}",
+    ]
+    if s.rate_usd_per_hour is not None:
+        lines.append(f"- Rate: {_usd(s.rate_usd_per_hour)}/hour; cost so far "
+                     f"{_usd(econ.total_cost_usd)}"
+                     + (f" of a {_usd(s.budget_usd)} budget" if s.budget_usd is not None else ""))
+    else:
+        lines.append("- Rate: not set (no cost computed)")
+    return lines
+
+
+def _environment(probe: protocol.Probe | None) -> list[str]:
+    if probe is None:
+        return ["The pod was not probed in this session: no environment fingerprint."]
+    rows: list[list[str]] = []
+    for g in probe.gpus:
+        facts = [g.name]
+        if g.compute_capability:
+            facts.append(f"sm {g.compute_capability}")
+        if g.memory_total_mib is not None:
+            facts.append(f"{g.memory_total_mib:,.0f} MiB")
+        if g.sm_count is not None:
+            facts.append(f"{g.sm_count} SMs")
+        if g.sm_clock_max_mhz is not None:
+            facts.append(f"max SM clock {g.sm_clock_max_mhz:,.0f} MHz")
+        rows.append([f"GPU {g.index}", _esc(" · ".join(facts))])
+        rows.append([f"GPU {g.index} UUID", _code(g.uuid) if g.uuid else "unknown"])
+        if g.pci_bus_id:
+            rows.append([f"GPU {g.index} PCI", _code(g.pci_bus_id)])
+    if not probe.gpus:
+        rows.append(["GPU", _esc(f"none found: {probe.gpu_error or 'no reason given'}")])
+    driver = probe.driver or "unknown"
+    if probe.cuda_driver:
+        driver += f" (supports CUDA {probe.cuda_driver})"
+    rows.append(["Driver", _esc(driver)])
+    rows.append(["CUDA toolkit", _tools(probe.toolkits, "none found")])
+    rows.append(["Nsight Compute", _tools(probe.ncu, "none found")])
+    rows.append(["Nsight Systems", _tools(probe.nsys, "none found")])
+    rows.append(["Python", f"{_esc(probe.python_version)} ({_code(probe.python_path)})"])
+    for label, pattern in (("CuPy", r"cupy"), ("torch", r"torch")):
+        pkgs = [p for p in probe.python_packages if re.fullmatch(pattern + r"(-cuda\w+)?", p.name)]
+        rows.append([label, "; ".join(_package(p) for p in pkgs) if pkgs else "not installed"])
+    c = probe.counters
+    rows.append(["GPU counters", _esc(c.verdict + (f": {c.reason}" if c.reason else ""))])
+    rows.append(["OS", _esc(f"{probe.os} · kernel {probe.kernel} · {probe.arch}")])
+    machine = [probe.hostname]
+    if probe.cpu_count is not None:
+        machine.append(f"{probe.cpu_count} CPUs")
+    if probe.memory_total_mib is not None:
+        machine.append(f"{probe.memory_total_mib:,.0f} MiB RAM")
+    rows.append(["Machine", _esc(" · ".join(machine))])
+    if probe.container:
+        rows.append(["Container hints", _esc(", ".join(probe.container))])
+    return _table(["Item", "Value"], rows)
+
+
+def _tools(installs: list[protocol.ToolInstall], none: str) -> str:
+    if not installs:
+        return none
+    parts = []
+    for t in installs:
+        if t.error:
+            parts.append(f"unusable {_code(t.path)}: {_esc(t.error)}")
+        else:
+            parts.append(f"{_esc(t.version or 'unknown version')} ({_code(t.path)})")
+    return "; ".join(parts)
+
+
+def _package(p: protocol.PyPackage) -> str:
+    if p.error:
+        return f"{_esc(p.name)}: {_esc(p.error)}"
+    text = f"{p.name} {p.version or '(unknown version)'}"
+    if p.cuda:
+        text += f" (CUDA {p.cuda})"
+    return _esc(text)
+
+
+# ----------------------------------------------------------------------------- runs
+def _run_section(store: Store, run: RunRow) -> list[str]:
+    workload = _code(run.workload or "unknown workload", cell=False)
+    out = [f"## Run {_code(run.run_id, cell=False)} — {workload}", ""]
+    facts = [f"Status **{_esc(run.status)}**"]
+    if run.exit_code is not None:
+        facts.append(f"exit code {run.exit_code}")
+    if run.wall_s is not None:
+        facts.append(f"wall {_dur(run.wall_s)}")
+    if run.started is not None:
+        facts.append(f"started {_when(run.started)}")
+    if run.is_baseline:
+        facts.append("marked as baseline")
+    out += [" · ".join(facts), ""]
+
+    events = store.run_events(run.run_id, _REPORT_TYPES)
+    started = [e for e in events if isinstance(e, protocol.TierStarted)]
+    finished = {e.tier: e for e in events if isinstance(e, protocol.TierFinished)}
+    tier1 = [e for e in events if isinstance(e, protocol.Tier1Result)]
+    tables = [e for e in events if isinstance(e, protocol.KernelTable)]
+    static = [e for e in events if isinstance(e, protocol.StaticAnalysis)]
+
+    out += ["### Commands", ""]
+    out += _commands(started)
+    if tier1:
+        out += ["", "### Tier 1 — CUDA events", ""]
+        out += _tier1(tier1[-1])
+    if tables:
+        out += ["", f"### Kernels (Tier 2, from {_esc(tables[-1].source)})", ""]
+        out += _kernel_table(tables[-1])
+    metrics = store.metrics(run.run_id)
+    if metrics:
+        out += ["", "### Nsight Compute metrics", ""]
+        out += _metrics(metrics)
+    if static:
+        out += ["", "### Static analysis", ""]
+        out += _static(static)
+    rules = store.rules(run.run_id)
+    if rules:
+        out += ["", "### Rule findings (by estimated speedup)", ""]
+        out += _rules(rules)
+    out += ["", "### Not measured, and why", ""]
+    out += _unmeasured(run, finished, store.diagnoses(run.run_id))
+    if run.baseline_of is not None:
+        out += ["", f"### Compared with baseline {_code(run.baseline_of, cell=False)}", ""]
+        try:
+            out += _comparison(compare_runs(store, run.baseline_of, run.run_id))
+        except StoreError as exc:
+            out.append(_esc(f"The baseline could not be read: {exc.message}"))
+    artifacts = store.artifacts(run.run_id)
+    if artifacts:
+        out += ["", "### Artifacts", ""]
+        out += _artifacts(artifacts)
+    return out
+
+
+def _commands(started: list[protocol.TierStarted]) -> list[str]:
+    out: list[str] = []
+    for t in started:
+        out.append(f"Tier {t.tier} ({_esc(t.name)}):")
+        out.append("")
+        if t.argv:
+            out += _code_block(shlex.join(t.argv), "sh")
+        else:
+            out.append("ran inside the agent's worker (no separate command).")
+        out.append("")
+    if not out:
+        return ["No tier started."]
+    return out[:-1]
+
+
+def _tier1(r: protocol.Tier1Result) -> list[str]:
+    s = r.stats
+    out = _table(
+        ["n", "median", "mean", "stdev", "min", "p5", "p95", "max", "95% CI of median", "± rel."],
+        [[str(s.n), _ms(s.median_ms), _ms(s.mean_ms), _ms(s.stdev_ms), _ms(s.min_ms),
+          _ms(s.p5_ms), _ms(s.p95_ms), _ms(s.max_ms),
+          f"{_ms(s.ci_low_ms)} – {_ms(s.ci_high_ms)}", f"{100 * s.ci_rel_halfwidth:.2f}%"]])
+    out.append("")
+    how = "L2 flushed before each sample" if r.mode == "cold" else "back-to-back"
+    if r.l2_flush_bytes:
+        how += f", {r.l2_flush_bytes:,} B flush buffer"
+    out.append(_esc(f"Mode {r.mode} ({how}), {r.warmup} warm-up calls, batch of {r.batch}; "
+                    f"stopped: {r.stop_reason}."))
+    rates = []
+    if r.gbps is not None:
+        rates.append(f"{r.gbps:,.1f} GB/s" + _of_peak(r.pct_peak_bw, r.peak_gbps, "GB/s",
+                                                       r.peak_source))
+    if r.tflops is not None:
+        rates.append(f"{r.tflops:,.3f} TFLOP/s" + _of_peak(r.pct_peak_flops, r.peak_tflops,
+                                                            "TFLOP/s", r.peak_source))
+    if rates:
+        out += ["", "Throughput at the median: " + _esc("; ".join(rates)) + "."]
+    return out
+
+
+def _of_peak(pct: float | None, peak: float | None, unit: str, source: str | None) -> str:
+    if pct is None or peak is None:
+        return ""
+    return f" ({pct:.1f}% of {peak:,.0f} {unit}" + (f", {source} peak)" if source else ")")
+
+
+def _kernel_table(t: protocol.KernelTable) -> list[str]:
+    rows = [[str(i), _code(k.name), f"{k.calls:,}", _ms(k.total_ns / 1e6), _ms(k.mean_ns / 1e6),
+             f"{k.share_pct:.1f}%"] for i, k in enumerate(t.kernels, 1)]
+    out = _table(["#", "kernel", "calls", "total", "mean", "share"], rows)
+    extra = []
+    if t.gpu_idle_pct is not None:
+        extra.append(f"GPU idle {t.gpu_idle_pct:.1f}% of the kernel span")
+    if t.memcpy_pct is not None:
+        extra.append(f"memcpy {t.memcpy_pct:.1f}%")
+    if extra:
+        out += ["", _esc("; ".join(extra)) + "."]
+    return out
+
+
+def _metrics(rows: list[KernelMetricsRow]) -> list[str]:
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r.metrics if k not in keys]
+    header = ["metric"] + [f"{_code(r.kernel)} #{r.launch}" for r in rows]
+    body = [[_label(k)] + [_metric(k, r.metrics.get(k)) for r in rows] for k in keys]
+    body.append(["top stalls"] + [
+        _esc(", ".join(f"{s.reason} {s.pct:.1f}%" for s in r.stalls)) or "—" for r in rows])
+    return _table(header, body)
+
+
+def _static(events: list[protocol.StaticAnalysis]) -> list[str]:
+    def opt(v: Any, fmt: str = "{}") -> str:
+        return "—" if v is None else _esc(fmt.format(v))
+
+    return _table(
+        ["kernel", "registers/thread", "shared mem/block", "local mem/thread", "block size",
+         "theoretical occupancy", "limiter", "source"],
+        [[_code(e.kernel), opt(e.registers_per_thread), opt(e.shared_mem_per_block, "{:,} B"),
+          opt(e.local_mem_per_thread, "{:,} B"), opt(e.block_size),
+          opt(e.theoretical_occupancy_pct, "{:.1f}%"), opt(e.limiter), _esc(e.source)]
+         for e in events])
+
+
+def _rules(rules: list[protocol.Rule]) -> list[str]:
+    # Biggest estimated win first; findings without an estimate keep their order, last.
+    ordered = sorted(rules, key=lambda r: (r.est_speedup_pct is None, -(r.est_speedup_pct or 0)))
+    return _table(
+        ["kernel", "rule", "type", "est. speedup", "finding"],
+        [[_code(r.kernel), _esc(r.rule), _esc(r.kind),
+          "—" if r.est_speedup_pct is None else
+          f"{r.est_speedup_pct:.1f}%" + (f" ({_esc(r.speedup_type)})" if r.speedup_type else ""),
+          _esc(r.message)] for r in ordered])
+
+
+def _unmeasured(run: RunRow, finished: dict[int, protocol.TierFinished],
+                diagnoses: list[protocol.Diagnosis]) -> list[str]:
+    out: list[str] = []
+    wanted = run.spec.tiers if run.spec is not None else sorted(finished)
+    for tier in wanted:
+        name = _TIER_NAMES.get(tier, "")
+        label = f"Tier {tier}" + (f" ({name})" if name else "")
+        f = finished.get(tier)
+        if f is None:
+            out.append(f"- {label}: did not finish (run {_esc(run.status)}).")
+        elif f.status != "ok":
+            detail = f" using {_esc(f.source)}" if f.source and f.status == "fallback" else ""
+            reason = f": {_esc(f.reason)}" if f.reason else ""
+            out.append(f"- {label}: **{f.status}**{detail}{reason}.")
+    for d in diagnoses:
+        out += _diagnosis(d)
+    return out or ["Every requested tier completed; nothing was left unmeasured."]
+
+
+def _diagnosis(d: protocol.Diagnosis) -> list[str]:
+    out = [f"- **{_esc(d.title)}** ({d.severity}, {_code(d.code, cell=False)}): {_esc(d.cause)}"
+           + (f" {_esc(d.meaning)}" if d.meaning else "")]
+    if d.unmeasured:
+        out.append(f"  - Not measured: {_esc(', '.join(d.unmeasured))}.")
+    for r in d.remedies:
+        out.append(f"  - Remedy: {_esc(r)}")
+    return out
+
+
+def _comparison(c: Comparison) -> list[str]:
+    out: list[str] = []
+    t = c.tier1
+    if t is None:
+        out.append(_esc(f"No Tier-1 comparison: {c.tier1_missing}."))
+    else:
+        out += _table(
+            ["Tier 1", f"baseline {_code(c.run_a)}", f"this run {_code(c.run_b)}"],
+            [["samples", str(t.n_a), str(t.n_b)],
+             ["median", _ms(t.median_a_ms), _ms(t.median_b_ms)]])
+        out += ["", f"**Verdict:** {_esc(t.verdict)}. Speedup is baseline median / this run's "
+                    f"median; the CI comes from {c.resamples:,} bootstrap resamples of both."]
+    for k in c.kernels:
+        if not (k.in_a and k.in_b):
+            side = "baseline" if k.in_a else "this run"
+            out += ["", f"{_code(k.kernel, cell=False)} #{k.launch} was profiled only in the "
+                        f"{side}."]
+            continue
+        out += ["", f"{_code(k.kernel, cell=False)} #{k.launch}:", ""]
+        out += _table(["metric", "baseline", "this run", "Δ", "Δ%"],
+                      [[_label(m.key), _metric(m.key, m.a), _metric(m.key, m.b),
+                        "—" if m.delta is None else _metric(m.key, m.delta, signed=True),
+                        "—" if m.delta_pct is None else f"{m.delta_pct:+.1f}%"]
+                       for m in k.metrics])
+    return out
+
+
+def _artifacts(rows: list[ArtifactRow]) -> list[str]:
+    body = []
+    for a in rows:
+        viewer = next((v for suffix, v in VIEWERS.items() if a.name.endswith(suffix)), None)
+        if a.status == "pulled" and a.local_path:
+            where = _code(a.local_path)
+            how = _code(shlex.join([viewer, a.local_path])) if viewer else "any viewer"
+        else:
+            where = f"not pulled ({_esc(a.status)}); on the pod: {_code(a.remote_path)}"
+            how = "—"
+        body.append([_code(a.name), _size(a.size), _code(a.sha256), where, how])
+    return _table(["name", "size", "sha256", "local path", "open with"], body)
+
+
+# ----------------------------------------------------------------------------- economics
+def _economics(e: Economics) -> list[str]:
+    rate = "not set" if e.rate_usd_per_hour is None else f"{_usd(e.rate_usd_per_hour)}/hour"
+    out = [f"Rate {rate}; connected {_dur(e.connected_s)}"
+           + (" (still connected)" if e.live else "") + "."]
+    out.append("")
+    body = [[_esc(r.phase) + (" (unfinished)" if r.open else ""),
+             _code(r.run_id) if r.run_id else "—", _dur(r.duration_s),
+             _gpu(r.gpu_s), _usd(r.cost_usd)] for r in e.rows]
+    body.append(["idle", "—", _dur(e.idle_s), "—", _usd(e.idle_cost_usd)])
+    body.append(["**total (connected)**", "—", _dur(e.connected_s), _gpu(e.gpu_s),
+                 f"**{_usd(e.total_cost_usd)}**"])
+    out += _table(["phase", "run", "duration", "GPU time", "cost"], body)
+    notes = []
+    if e.idle_warning:
+        notes.append(f"⚠ {e.idle_pct:.0f}% of the connected time was idle "
+                     f"({_dur(e.idle_s)}, {_usd(e.idle_cost_usd)}).")
+    if e.over_budget:
+        notes.append(f"⚠ Over budget: {_usd(e.total_cost_usd)} of {_usd(e.budget_usd)}.")
+    elif e.budget_warning:
+        notes.append(f"⚠ Near budget: {_usd(e.total_cost_usd)} of {_usd(e.budget_usd)}.")
+    if notes:
+        out += ["", *notes]
+    out += ["", "Phases may overlap (a transfer during a tier); busy time counts overlaps once, "
+                "and the session's cost is its connected time × the rate."]
+    return out
+
+
+# ----------------------------------------------------------------------------- markdown
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A GFM table; every row must have the header's number of cells."""
+    width = len(header)
+    for row in rows:
+        if len(row) != width:
+            raise ValueError(f"table row has {len(row)} cells, header has {width}: {row}")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * width]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _esc(text: str) -> str:
+    """Plain text safe in a table cell or a list line: no pipes, backticks, tags or breaks."""
+    return (text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
+            .replace("<", "&lt;").replace("\r", " ").replace("\n", " "))
+
+
+def _code(text: str, cell: bool = True) -> str:
+    """An inline code span (any backticks inside are fenced around).
+
+    In a table cell a pipe must be escaped even inside code; elsewhere the backslash would
+    show, so ``cell=False`` leaves pipes alone.
+    """
+    text = text.replace("\r", " ").replace("\n", " ")
+    if cell:
+        text = text.replace("|", "\\|")
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _code_block(text: str, lang: str) -> list[str]:
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + lang, text, fence]
+
+
+def _when(ts: float) -> str:
+    # UTC, so a report reads the same wherever it is exported.
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+def _dur(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        m, s = divmod(round(seconds), 60)
+        return f"{m} min {s:02d} s"
+    h, rest = divmod(round(seconds), 3600)
+    return f"{h} h {rest // 60:02d} min"
+
+
+def _gpu(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else _dur(seconds)
+
+
+def _ms(ms: float) -> str:
+    if ms >= 1000:
+        return f"{ms / 1000:,.3f} s"
+    if ms >= 1:
+        return f"{ms:,.3f} ms"
+    return f"{ms * 1000:,.2f} µs"
+
+
+def _usd(v: float | None) -> str:
+    if v is None:
+        return "—"
+    # Cents hide a short phase's cost entirely; show it to a hundredth of a cent instead.
+    return f"${v:.4f}" if 0 < v < 0.01 else f"${v:,.2f}"
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n:,} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            return f"{value:,.1f} {unit} ({n:,} B)"
+    raise AssertionError("unreachable: the loop returns at TiB")
+
+
+def _label(key: str) -> str:
+    label = _LABELS.get(key)
+    return f"{label} ({_code(key)})" if label else _code(key)
+
+
+def _metric(key: str, v: float | None, signed: bool = False) -> str:
+    if v is None:
+        return "—"
+    sign = "+" if signed else ""
+    if key.endswith("_ns"):
+        return ("-" if v < 0 else sign if v > 0 else "") + _ms(abs(v) / 1e6)
+    if key.endswith("_pct"):
+        # A difference of percentages is in percentage points, not a relative change.
+        return f"{v:+.2f} pp" if signed else f"{v:.2f}%"
+    if key.endswith("_bytes") or key == "shared_mem_per_block":
+        return f"{v:{sign},.0f} B"
+    if key == "arithmetic_intensity":
+        return f"{v:{sign}.3f} FLOP/B"
+    if float(v).is_integer():
+        return f"{v:{sign},.0f}"
+    return f"{v:{sign}.4g}"

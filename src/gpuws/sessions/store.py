@@ -1,0 +1,837 @@
+"""The session store: every session, run and run event, in one SQLite file.
+
+The ``events`` table is the record: each run event exactly as it came off the wire,
+keyed by ``(run_id, seq)`` so a resent event (after ``Attach(from_seq)``) is stored once.
+The other run tables (``runs``, ``metrics``, ``rules``, ``diagnoses``, ``artifacts``,
+``phases``) are projections of those events for queries, written in the same
+transaction as the events they come from, so they can never disagree with them.
+
+Schema changes are migrations: ``_MIGRATIONS[i]`` takes the schema from version ``i`` to
+``i + 1`` and keeps the data. A store written by a newer gpuws is refused untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, get_args
+
+import msgspec
+
+from gpuws import protocol
+from gpuws.errors import StoreError, TransferError
+from gpuws.locations import db_path, ensure_private_dir
+
+#: Anything ``ingest`` takes: a decoded event, or the raw JSON line it came from (stored
+#: byte for byte, which is cheaper than re-encoding and keeps the record exact).
+Ingestible = protocol.Event | bytes
+
+
+class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One session: a connection-lifetime on one pod."""
+
+    id: str
+    host: str
+    transport: str
+    probe: protocol.Probe | None
+    rate_usd_per_hour: float | None
+    budget_usd: float | None
+    started: float
+    ended: float | None
+    run_count: int = 0
+
+
+class RunRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One run. ``baseline_of`` names the baseline run this run is compared with."""
+
+    run_id: str
+    session_id: str
+    workload: str
+    spec: protocol.RunSpec | None
+    status: str
+    started: float | None
+    finished: float | None
+    wall_s: float | None
+    exit_code: int | None
+    is_baseline: bool
+    baseline_of: str | None
+
+
+class KernelMetricsRow(msgspec.Struct, frozen=True, kw_only=True):
+    """Canonical metrics of one profiled launch, as stored (``None`` = not measured)."""
+
+    kernel: str
+    launch: int
+    metrics: dict[str, float | None]
+    stalls: list[protocol.Stall]
+
+
+class ArtifactRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A file a run produced on the pod; ``status`` is ``remote``, ``pulled`` or
+    ``sha256_mismatch`` (a copy arrived whose hash differs from the pod's)."""
+
+    run_id: str
+    name: str
+    remote_path: str
+    size: int
+    sha256: str
+    local_path: str | None
+    pulled_at: float | None
+    status: str
+
+
+class PhaseRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A stretch of session time spent on something (a tier, a transfer, provisioning).
+
+    ``ended`` is ``None`` while the phase is still going (or if it never reported its end).
+    """
+
+    id: int
+    session_id: str
+    run_id: str | None
+    phase: str
+    tier: int | None
+    started: float
+    ended: float | None
+    gpu_s: float | None
+
+
+# ----------------------------------------------------------------------------- schema
+def _migration_1(conn: sqlite3.Connection) -> None:
+    statements = [
+        """CREATE TABLE sessions(
+            id TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            transport TEXT NOT NULL,
+            probe_json TEXT,
+            rate_usd_per_hour REAL,
+            budget_usd REAL,
+            started REAL NOT NULL,
+            ended REAL)""",
+        """CREATE TABLE runs(
+            run_id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions(id),
+            workload TEXT NOT NULL DEFAULT '',
+            spec_json TEXT,
+            status TEXT NOT NULL,
+            started REAL,
+            finished REAL,
+            wall_s REAL,
+            exit_code INTEGER,
+            is_baseline INTEGER NOT NULL DEFAULT 0,
+            baseline_of TEXT)""",
+        "CREATE INDEX runs_by_session ON runs(session_id, started)",
+        "CREATE INDEX runs_by_workload ON runs(workload, is_baseline)",
+        # Not WITHOUT ROWID: bodies (sample batches) can be KBs, which rowid tables store better.
+        # No foreign key here: the hot path checks the run once per run instead of per event.
+        """CREATE TABLE events(
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            ts REAL NOT NULL,
+            body BLOB NOT NULL,
+            PRIMARY KEY(run_id, seq))""",
+        """CREATE TABLE metrics(
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            kernel TEXT NOT NULL,
+            launch INTEGER NOT NULL,
+            key TEXT NOT NULL,
+            value REAL,
+            PRIMARY KEY(run_id, kernel, launch, key))""",
+        """CREATE TABLE rules(
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            seq INTEGER NOT NULL,
+            idx INTEGER NOT NULL,
+            kernel TEXT NOT NULL,
+            rule TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            message TEXT NOT NULL,
+            est_speedup_pct REAL,
+            speedup_type TEXT,
+            PRIMARY KEY(run_id, seq, idx))""",
+        # run_id is NULL for a diagnosis about the session (e.g. counters blocked at probe).
+        """CREATE TABLE diagnoses(
+            session_id TEXT NOT NULL REFERENCES sessions(id),
+            run_id TEXT REFERENCES runs(run_id),
+            seq INTEGER,
+            ts REAL NOT NULL,
+            code TEXT NOT NULL,
+            severity TEXT NOT NULL,
+            title TEXT NOT NULL,
+            cause TEXT NOT NULL,
+            meaning TEXT NOT NULL,
+            remedies_json TEXT NOT NULL,
+            unmeasured_json TEXT NOT NULL,
+            details_json TEXT NOT NULL)""",
+        "CREATE INDEX diagnoses_by_run ON diagnoses(run_id, seq)",
+        "CREATE INDEX diagnoses_by_session ON diagnoses(session_id)",
+        """CREATE TABLE artifacts(
+            run_id TEXT NOT NULL REFERENCES runs(run_id),
+            name TEXT NOT NULL,
+            remote_path TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            local_path TEXT,
+            pulled_at REAL,
+            status TEXT NOT NULL,
+            PRIMARY KEY(run_id, name))""",
+        """CREATE TABLE phases(
+            id INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions(id),
+            run_id TEXT,
+            phase TEXT NOT NULL,
+            tier INTEGER,
+            started REAL NOT NULL,
+            ended REAL,
+            gpu_s REAL)""",
+        "CREATE INDEX phases_by_session ON phases(session_id, started)",
+        "CREATE INDEX phases_by_run ON phases(run_id, tier)",
+    ]
+    for statement in statements:
+        conn.execute(statement)
+
+
+#: Ordered migrations; version N is reached by running the first N. Add one by appending.
+_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migration_1]
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+_TAGS: dict[type, str] = {cls: str(cls.__struct_config__.tag) for cls in get_args(protocol.Events)}
+_samples_decoder = msgspec.json.Decoder(protocol.Samples)
+_probe_decoder = msgspec.json.Decoder(protocol.Probe)
+_spec_decoder = msgspec.json.Decoder(protocol.RunSpec)
+_encoder = msgspec.json.Encoder()
+_STALL = "stall:"
+
+
+class Store:
+    """The session store.
+
+    Args:
+        path: the SQLite file; defaults to :func:`gpuws.locations.db_path`.
+
+    Raises:
+        StoreError: the file is not a gpuws store, cannot be opened, or was written by a
+            newer gpuws (it is then left exactly as it was).
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        if path is None:
+            path = db_path()
+        else:
+            ensure_private_dir(path.parent)
+        self.path = path
+        self._known_runs: set[str] = set()
+        try:
+            # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a batch is exactly
+            # one transaction and nothing is committed behind our back.
+            self._conn = sqlite3.connect(str(path), isolation_level=None, timeout=10.0)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open {path}: {exc}") from exc
+        try:
+            self._open()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _open(self) -> None:
+        conn = self._conn
+        try:
+            # Read the version before anything that writes (journal_mode=WAL rewrites the
+            # header): a store from a newer gpuws must stay byte-identical.
+            self._refuse_newer(self._user_version())
+            conn.execute("PRAGMA journal_mode=WAL")
+            # WAL + synchronous=NORMAL: a commit is atomic and survives the process being
+            # killed (the WAL is in the OS page cache once write() returns); only a power
+            # loss or OS crash can drop the last few commits, and even that never corrupts.
+            # FULL would fsync every batch and halve the ingest rate for no gain on a laptop.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path} is not a usable gpuws store: {exc}",
+                             remedy="move it aside (gpuws starts a new one) or set GPUWS_HOME"
+                             ) from exc
+
+    def _user_version(self) -> int:
+        row = self._conn.execute("PRAGMA user_version").fetchone()
+        return int(row[0])
+
+    def _refuse_newer(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has schema version {version}, newer than this gpuws understands "
+                f"({SCHEMA_VERSION}); it was left unchanged",
+                remedy="upgrade gpuws, or set GPUWS_HOME to use a separate store",
+            )
+
+    def _migrate(self) -> None:
+        if self._user_version() == SCHEMA_VERSION:
+            return
+        with self._transaction():
+            # Re-read under the write lock: another gpuws may have migrated meanwhile.
+            version = self._user_version()
+            self._refuse_newer(version)
+            for number in range(version + 1, SCHEMA_VERSION + 1):
+                _MIGRATIONS[number - 1](self._conn)
+                self._conn.execute(f"PRAGMA user_version = {number}")
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Cursor]:
+        cur = self._conn.cursor()
+        # IMMEDIATE takes the write lock up front, so a concurrent writer waits at BEGIN
+        # instead of failing half-way through a batch.
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            yield cur
+        except BaseException:
+            if self._conn.in_transaction:
+                cur.execute("ROLLBACK")
+            self._known_runs.clear()  # runs inserted by the failed batch are gone again
+            raise
+        else:
+            cur.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close the database (idempotent)."""
+        self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------- sessions
+    def open_session(self, host: str, transport: str, probe: protocol.Probe | None,
+                     rate_usd_per_hour: float | None, budget_usd: float | None = None,
+                     started: float | None = None) -> str:
+        """Start a session and return its id.
+
+        Args:
+            host: what the person typed (ssh alias or ``user@host[:port]``).
+            transport: how the pod is reached (``sftp``, ``exec``, ``pty``, ``local``).
+            probe: the pod's probe, if already known (see :meth:`set_probe`).
+            rate_usd_per_hour: the pod's price, ``None`` if unknown.
+            budget_usd: warn when the session's cost reaches this.
+            started: the start time (unix seconds); now if omitted.
+        """
+        session_id = secrets.token_hex(6)
+        with self._transaction() as cur:
+            cur.execute(
+                "INSERT INTO sessions(id, host, transport, probe_json, rate_usd_per_hour,"
+                " budget_usd, started) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (session_id, host, transport, _json(probe) if probe is not None else None,
+                 rate_usd_per_hour, budget_usd, time.time() if started is None else started),
+            )
+        return session_id
+
+    def set_probe(self, session_id: str, probe: protocol.Probe) -> None:
+        """Record (or replace) the pod's probe for a session."""
+        with self._transaction() as cur:
+            cur.execute("UPDATE sessions SET probe_json = ? WHERE id = ?",
+                        (_json(probe), self._require_session(cur, session_id)))
+
+    def end_session(self, session_id: str, ended: float | None = None) -> None:
+        """Mark the session disconnected (its connected time, and cost, stop here)."""
+        with self._transaction() as cur:
+            cur.execute("UPDATE sessions SET ended = ? WHERE id = ?",
+                        (time.time() if ended is None else ended,
+                         self._require_session(cur, session_id)))
+
+    def sessions(self) -> list[SessionRow]:
+        """Every session, newest first."""
+        rows = self._conn.execute(_SESSION_SELECT + " ORDER BY s.started DESC").fetchall()
+        return [_session_row(row) for row in rows]
+
+    def session(self, id_or_prefix: str) -> SessionRow:
+        """One session by id or unique id prefix.
+
+        Raises:
+            StoreError: no session (or more than one) matches.
+        """
+        session_id = self._resolve("sessions", "id", "session", id_or_prefix)
+        row = self._conn.execute(_SESSION_SELECT + " WHERE s.id = ?", (session_id,)).fetchone()
+        return _session_row(row)
+
+    # ------------------------------------------------------------------------- ingest
+    def ingest(self, session_id: str, event: Ingestible) -> bool:
+        """Store one event (see :meth:`ingest_many`). Returns True if it was new."""
+        return self.ingest_many(session_id, (event,)) == 1
+
+    def ingest_many(self, session_id: str, events: Iterable[Ingestible]) -> int:
+        """Store a batch of events in one transaction (committed when this returns).
+
+        Run events (``run_id`` and ``seq`` set, a type in ``protocol.RUN_EVENT_TYPES``) go
+        into ``events`` once each, and update the derived tables. A ``probe_result``
+        sets the session's probe; a diagnosis without a run is kept for the session.
+        Other events (telemetry, pongs, …) are not stored. A raw line that does not
+        decode is not stored either: the transport reports bad lines where it frames them.
+
+        Returns:
+            How many events were recorded that had not been before.
+
+        Raises:
+            StoreError: the session does not exist; nothing of the batch is kept.
+        """
+        new = 0
+        with self._transaction() as cur:
+            self._require_session(cur, session_id)
+            for item in events:
+                if self._ingest_one(cur, session_id, item):
+                    new += 1
+        return new
+
+    def _ingest_one(self, cur: sqlite3.Cursor, session_id: str, item: Ingestible) -> bool:
+        if isinstance(item, bytes):
+            body = item.rstrip(b"\r\n")
+            decoded = protocol.decode_event(body)
+            if isinstance(decoded, protocol.BadLine):
+                return False
+            event: protocol.Event = decoded
+        else:
+            event = item
+            body = _encoder.encode(event)
+        tag = _TAGS[type(event)]
+        run_id, seq = event.run_id, event.seq
+        if run_id is None or seq is None or tag not in protocol.RUN_EVENT_TYPES:
+            return self._ingest_session_event(cur, session_id, event)
+        cur.execute("INSERT OR IGNORE INTO events(run_id, seq, type, ts, body)"
+                    " VALUES (?, ?, ?, ?, ?)", (run_id, seq, tag, event.ts, body))
+        if cur.rowcount != 1:
+            return False  # already stored: a resend after Attach
+        if run_id not in self._known_runs:
+            cur.execute("INSERT OR IGNORE INTO runs(run_id, session_id, status, started)"
+                        " VALUES (?, ?, 'running', ?)", (run_id, session_id, event.ts))
+            self._known_runs.add(run_id)
+        derive = _DERIVE.get(tag)
+        if derive is not None:
+            derive(cur, session_id, run_id, event)
+        return True
+
+    def _ingest_session_event(self, cur: sqlite3.Cursor, session_id: str,
+                              event: protocol.Event) -> bool:
+        if isinstance(event, protocol.ProbeResult):
+            cur.execute("UPDATE sessions SET probe_json = ? WHERE id = ?",
+                        (_json(event.probe), session_id))
+            return True
+        if isinstance(event, protocol.Diagnosis) and event.run_id is None:
+            _insert_diagnosis(cur, session_id, None, event)
+            return True
+        return False
+
+    def last_seq(self, run_id: str) -> int:
+        """The last ``seq`` stored without a gap before it, or -1 if none.
+
+        Resume with ``Attach(from_seq=last_seq + 1)``: if a gap ever appeared, the
+        events after it are asked for again (and their duplicates are ignored).
+        """
+        low, high, count = self._conn.execute(
+            "SELECT MIN(seq), MAX(seq), COUNT(*) FROM events WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if count == 0:
+            return -1
+        if high - low + 1 == count:
+            return int(high)
+        row = self._conn.execute(
+            "SELECT MIN(e.seq) FROM events e WHERE e.run_id = ? AND NOT EXISTS"
+            " (SELECT 1 FROM events n WHERE n.run_id = e.run_id AND n.seq = e.seq + 1)",
+            (run_id,),
+        ).fetchone()
+        return int(row[0])
+
+    # ------------------------------------------------------------------------- replay
+    def events(self, run_id: str) -> list[protocol.Events]:
+        """Every stored event of a run, in ``seq`` order, decoded."""
+        rows = self._conn.execute("SELECT body FROM events WHERE run_id = ? ORDER BY seq",
+                                  (run_id,))
+        return [_decode(body) for (body,) in rows]
+
+    def run_events(self, run_id: str, types: Iterable[str]) -> list[protocol.Events]:
+        """A run's events of the given types (``protocol`` tags), in ``seq`` order."""
+        wanted = sorted(set(types))
+        marks = ",".join("?" * len(wanted))
+        rows = self._conn.execute(
+            f"SELECT body FROM events WHERE run_id = ? AND type IN ({marks}) ORDER BY seq",
+            (run_id, *wanted))
+        return [_decode(body) for (body,) in rows]
+
+    def samples(self, run_id: str) -> list[float]:
+        """Every Tier-1 sample of a run (milliseconds per call), in arrival order."""
+        values: list[float] = []
+        rows = self._conn.execute(
+            "SELECT body FROM events WHERE run_id = ? AND type = 'samples' ORDER BY seq",
+            (run_id,))
+        for (body,) in rows:
+            values.extend(_samples_decoder.decode(body).values_ms)
+        return values
+
+    def tier1(self, run_id: str) -> protocol.Tier1Result | None:
+        """The run's (last) Tier-1 result, or ``None`` if Tier 1 did not finish."""
+        row = self._conn.execute(
+            "SELECT body FROM events WHERE run_id = ? AND type = 'tier1_result'"
+            " ORDER BY seq DESC LIMIT 1", (run_id,)).fetchone()
+        if row is None:
+            return None
+        event = _decode(row[0])
+        assert isinstance(event, protocol.Tier1Result)
+        return event
+
+    # ------------------------------------------------------------------------- runs
+    def runs(self, session_id: str) -> list[RunRow]:
+        """The runs of a session, in the order they started."""
+        sid = self.session(session_id).id
+        rows = self._conn.execute(
+            _RUN_SELECT + " WHERE session_id = ? ORDER BY started, rowid", (sid,)).fetchall()
+        return [_run_row(row) for row in rows]
+
+    def run(self, run_id_or_prefix: str) -> RunRow:
+        """One run by id or unique id prefix.
+
+        Raises:
+            StoreError: no run (or more than one) matches.
+        """
+        run_id = self._resolve("runs", "run_id", "run", run_id_or_prefix)
+        return _run_row(self._conn.execute(_RUN_SELECT + " WHERE run_id = ?",
+                                           (run_id,)).fetchone())
+
+    def set_baseline(self, run_id: str, on: bool = True) -> None:
+        """Mark (or unmark) a run as the baseline for its workload.
+
+        Runs of the same workload that start later are compared with the latest baseline.
+        """
+        rid = self.run(run_id).run_id
+        with self._transaction() as cur:
+            cur.execute("UPDATE runs SET is_baseline = ? WHERE run_id = ?", (int(on), rid))
+
+    def set_baseline_of(self, run_id: str, baseline_run_id: str | None) -> None:
+        """Choose which run ``run_id`` is compared with (``None``: no comparison)."""
+        rid = self.run(run_id).run_id
+        base = self.run(baseline_run_id).run_id if baseline_run_id is not None else None
+        if base == rid:
+            raise StoreError(f"run {rid} cannot be its own baseline")
+        with self._transaction() as cur:
+            cur.execute("UPDATE runs SET baseline_of = ? WHERE run_id = ?", (base, rid))
+
+    def metrics(self, run_id: str) -> list[KernelMetricsRow]:
+        """Canonical metrics and top stalls per profiled launch, in the order recorded."""
+        rows = self._conn.execute(
+            "SELECT kernel, launch, key, value FROM metrics WHERE run_id = ? ORDER BY rowid",
+            (run_id,))
+        grouped: dict[tuple[str, int], tuple[dict[str, float | None], list[protocol.Stall]]]
+        grouped = {}
+        for kernel, launch, key, value in rows:
+            metrics, stalls = grouped.setdefault((kernel, launch), ({}, []))
+            if key.startswith(_STALL):
+                stalls.append(protocol.Stall(reason=key[len(_STALL):], pct=value))
+            else:
+                metrics[key] = value
+        return [KernelMetricsRow(kernel=k, launch=launch, metrics=m, stalls=s)
+                for (k, launch), (m, s) in grouped.items()]
+
+    def rules(self, run_id: str) -> list[protocol.Rule]:
+        """Nsight Compute's rule findings for a run, in the order reported."""
+        rows = self._conn.execute(
+            "SELECT kernel, rule, kind, message, est_speedup_pct, speedup_type FROM rules"
+            " WHERE run_id = ? ORDER BY seq, idx", (run_id,))
+        return [protocol.Rule(kernel=k, rule=r, kind=kind, message=m, est_speedup_pct=est,
+                              speedup_type=st) for k, r, kind, m, est, st in rows]
+
+    def diagnoses(self, run_id: str) -> list[protocol.Diagnosis]:
+        """The diagnoses a run produced, in order."""
+        rows = self._conn.execute(_DIAGNOSIS_SELECT + " WHERE run_id = ? ORDER BY seq",
+                                  (run_id,))
+        return [_diagnosis(row) for row in rows]
+
+    def session_diagnoses(self, session_id: str) -> list[protocol.Diagnosis]:
+        """Diagnoses about the session itself (not tied to a run), in order."""
+        rows = self._conn.execute(
+            _DIAGNOSIS_SELECT + " WHERE session_id = ? AND run_id IS NULL ORDER BY rowid",
+            (session_id,))
+        return [_diagnosis(row) for row in rows]
+
+    # ------------------------------------------------------------------------- phases
+    def add_phase(self, session_id: str, run_id: str | None, phase: str, started: float,
+                  ended: float | None, gpu_s: float | None = None) -> int:
+        """Record a phase (a transfer, provisioning, …) and return its id.
+
+        Tier phases are recorded by ingest from ``TierStarted``/``TierFinished``.
+        """
+        if ended is not None and ended < started:
+            raise StoreError(f"phase {phase!r} ends ({ended}) before it starts ({started})")
+        with self._transaction() as cur:
+            cur.execute(
+                "INSERT INTO phases(session_id, run_id, phase, started, ended, gpu_s)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (self._require_session(cur, session_id), run_id, phase, started, ended, gpu_s))
+            return int(cur.lastrowid or 0)
+
+    def phases(self, session_id: str) -> list[PhaseRow]:
+        """Every phase of a session, in start order."""
+        rows = self._conn.execute(
+            "SELECT id, session_id, run_id, phase, tier, started, ended, gpu_s FROM phases"
+            " WHERE session_id = ? ORDER BY started, id", (session_id,))
+        return [PhaseRow(id=i, session_id=s, run_id=r, phase=p, tier=t, started=st, ended=e,
+                         gpu_s=g) for i, s, r, p, t, st, e, g in rows]
+
+    # ------------------------------------------------------------------------- artifacts
+    def record_artifact(self, run_id: str, name: str, remote_path: str, size: int,
+                        sha256: str) -> None:
+        """Record a file the pod holds for a run (status ``remote`` until pulled)."""
+        with self._transaction() as cur:
+            if cur.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+                raise StoreError(f"no run {run_id!r} in the store")
+            _upsert_artifact(cur, run_id, name, remote_path, size, sha256)
+
+    def mark_pulled(self, run_id: str, name: str, local_path: Path | str,
+                    pulled_at: float | None = None) -> None:
+        """Record that an artifact's copy is at ``local_path``, after checking its sha256.
+
+        Raises:
+            StoreError: the artifact is unknown.
+            TransferError: the copy is missing or its sha256/size differs from the pod's;
+                the artifact is then marked ``sha256_mismatch``, never ``pulled``.
+        """
+        row = self._conn.execute("SELECT size, sha256 FROM artifacts WHERE run_id = ? AND name = ?",
+                                 (run_id, name)).fetchone()
+        if row is None:
+            raise StoreError(f"run {run_id!r} has no artifact named {name!r}")
+        size, expected = row
+        local = Path(local_path)
+        try:
+            actual, actual_size = _sha256_file(local)
+        except OSError as exc:
+            raise TransferError(f"{name}: cannot read the pulled copy {local}: "
+                                f"{exc.strerror or exc}") from exc
+        if actual != expected or actual_size != size:
+            with self._transaction() as cur:
+                cur.execute("UPDATE artifacts SET status = 'sha256_mismatch', local_path = NULL,"
+                            " pulled_at = NULL WHERE run_id = ? AND name = ?", (run_id, name))
+            raise TransferError(
+                f"{name}: the pulled copy {local} has sha256 {actual} ({actual_size} bytes) but "
+                f"the pod reported {expected} ({size} bytes)",
+                remedy="pull it again; if it keeps differing the file changed on the pod")
+        with self._transaction() as cur:
+            cur.execute("UPDATE artifacts SET status = 'pulled', local_path = ?, pulled_at = ?"
+                        " WHERE run_id = ? AND name = ?",
+                        (str(local), time.time() if pulled_at is None else pulled_at,
+                         run_id, name))
+
+    def artifacts(self, run_id: str) -> list[ArtifactRow]:
+        """A run's artifacts, by name."""
+        rows = self._conn.execute(
+            "SELECT run_id, name, remote_path, size, sha256, local_path, pulled_at, status"
+            " FROM artifacts WHERE run_id = ? ORDER BY name", (run_id,))
+        return [ArtifactRow(run_id=r, name=n, remote_path=rp, size=sz, sha256=sh, local_path=lp,
+                            pulled_at=pa, status=st) for r, n, rp, sz, sh, lp, pa, st in rows]
+
+    # ------------------------------------------------------------------------- helpers
+    def _require_session(self, cur: sqlite3.Cursor, session_id: str) -> str:
+        if cur.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+            raise StoreError(f"no session {session_id!r} in the store",
+                             remedy="`gpuws sessions` lists them")
+        return session_id
+
+    def _resolve(self, table: str, column: str, what: str, id_or_prefix: str) -> str:
+        if not id_or_prefix:
+            raise StoreError(f"an empty {what} id matches nothing")
+        exact = self._conn.execute(f"SELECT {column} FROM {table} WHERE {column} = ?",
+                                   (id_or_prefix,)).fetchone()
+        if exact is not None:
+            return str(exact[0])
+        # substr() instead of LIKE: ids may contain '_' or '%', which LIKE would treat as wildcards.
+        matches = [str(r[0]) for r in self._conn.execute(
+            f"SELECT {column} FROM {table} WHERE substr({column}, 1, ?) = ? ORDER BY {column}"
+            " LIMIT 6", (len(id_or_prefix), id_or_prefix))]
+        if not matches:
+            raise StoreError(f"no {what} matches {id_or_prefix!r}",
+                             remedy=f"`gpuws sessions` lists the {what}s in the store")
+        if len(matches) > 1:
+            shown = ", ".join(matches[:5]) + (", …" if len(matches) > 5 else "")
+            raise StoreError(f"{what} id {id_or_prefix!r} is ambiguous: {shown}",
+                             remedy="give more characters of the id")
+        return matches[0]
+
+
+# ----------------------------------------------------------------------------- derived rows
+def _derive_run_started(cur: sqlite3.Cursor, session_id: str, run_id: str,
+                        event: protocol.Event) -> None:
+    assert isinstance(event, protocol.RunStarted)
+    workload = event.spec.workload
+    cur.execute("UPDATE runs SET workload = ?, spec_json = ?, started = ? WHERE run_id = ?",
+                (workload, _json(event.spec), event.ts, run_id))
+    # Compare with the latest baseline of the same workload, unless one was chosen already.
+    cur.execute(
+        "UPDATE runs SET baseline_of = (SELECT b.run_id FROM runs b WHERE b.is_baseline = 1"
+        " AND b.workload = ? AND b.run_id != ? ORDER BY b.started DESC LIMIT 1)"
+        " WHERE run_id = ? AND baseline_of IS NULL", (workload, run_id, run_id))
+
+
+def _derive_tier_started(cur: sqlite3.Cursor, session_id: str, run_id: str,
+                         event: protocol.Event) -> None:
+    assert isinstance(event, protocol.TierStarted)
+    phase = f"tier {event.tier} ({event.name})" if event.name else f"tier {event.tier}"
+    cur.execute("INSERT INTO phases(session_id, run_id, phase, tier, started)"
+                " VALUES (?, ?, ?, ?, ?)", (session_id, run_id, phase, event.tier, event.ts))
+
+
+def _derive_tier_finished(cur: sqlite3.Cursor, session_id: str, run_id: str,
+                          event: protocol.Event) -> None:
+    assert isinstance(event, protocol.TierFinished)
+    cur.execute(
+        "UPDATE phases SET ended = ?, gpu_s = ? WHERE id = (SELECT id FROM phases"
+        " WHERE run_id = ? AND tier = ? AND ended IS NULL ORDER BY id DESC LIMIT 1)",
+        (event.ts, event.gpu_s, run_id, event.tier))
+    if cur.rowcount == 0:  # its TierStarted was never seen: the wall time says when it began
+        cur.execute(
+            "INSERT INTO phases(session_id, run_id, phase, tier, started, ended, gpu_s)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (session_id, run_id, f"tier {event.tier}", event.tier, event.ts - event.wall_s,
+             event.ts, event.gpu_s))
+
+
+def _derive_kernel_metrics(cur: sqlite3.Cursor, session_id: str, run_id: str,
+                           event: protocol.Event) -> None:
+    assert isinstance(event, protocol.KernelMetrics)
+    rows: list[tuple[str, str, int, str, float | None]] = [
+        (run_id, event.kernel, event.launch, key, value) for key, value in event.metrics.items()]
+    rows.extend((run_id, event.kernel, event.launch, _STALL + s.reason, s.pct)
+                for s in event.stalls)
+    cur.executemany("INSERT OR REPLACE INTO metrics(run_id, kernel, launch, key, value)"
+                    " VALUES (?, ?, ?, ?, ?)", rows)
+
+
+def _derive_rule_findings(cur: sqlite3.Cursor, session_id: str, run_id: str,
+                          event: protocol.Event) -> None:
+    assert isinstance(event, protocol.RuleFindings)
+    cur.executemany(
+        "INSERT INTO rules(run_id, seq, idx, kernel, rule, kind, message, est_speedup_pct,"
+        " speedup_type) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(run_id, event.seq, i, r.kernel, r.rule, r.kind, r.message, r.est_speedup_pct,
+          r.speedup_type) for i, r in enumerate(event.rules)])
+
+
+def _derive_diagnosis(cur: sqlite3.Cursor, session_id: str, run_id: str,
+                      event: protocol.Event) -> None:
+    assert isinstance(event, protocol.Diagnosis)
+    _insert_diagnosis(cur, session_id, run_id, event)
+
+
+def _derive_artifact(cur: sqlite3.Cursor, session_id: str, run_id: str,
+                     event: protocol.Event) -> None:
+    assert isinstance(event, protocol.Artifact)
+    _upsert_artifact(cur, run_id, event.name, event.path, event.size, event.sha256)
+
+
+def _derive_run_finished(cur: sqlite3.Cursor, session_id: str, run_id: str,
+                         event: protocol.Event) -> None:
+    assert isinstance(event, protocol.RunFinished)
+    cur.execute("UPDATE runs SET status = ?, finished = ?, wall_s = ?, exit_code = ?"
+                " WHERE run_id = ?", (event.status, event.ts, event.wall_s, event.exit_code,
+                                      run_id))
+    # A tier cut short (cancel, crash) never sends TierFinished: its phase ends with the run.
+    cur.execute("UPDATE phases SET ended = ? WHERE run_id = ? AND ended IS NULL",
+                (event.ts, run_id))
+
+
+_DERIVE: dict[str, Callable[[sqlite3.Cursor, str, str, protocol.Event], None]] = {
+    "run_started": _derive_run_started,
+    "tier_started": _derive_tier_started,
+    "tier_finished": _derive_tier_finished,
+    "kernel_metrics": _derive_kernel_metrics,
+    "rule_findings": _derive_rule_findings,
+    "diagnosis": _derive_diagnosis,
+    "artifact": _derive_artifact,
+    "run_finished": _derive_run_finished,
+}
+
+
+def _insert_diagnosis(cur: sqlite3.Cursor, session_id: str, run_id: str | None,
+                      d: protocol.Diagnosis) -> None:
+    cur.execute(
+        "INSERT INTO diagnoses(session_id, run_id, seq, ts, code, severity, title, cause,"
+        " meaning, remedies_json, unmeasured_json, details_json)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (session_id, run_id, d.seq, d.ts, d.code, d.severity, d.title, d.cause, d.meaning,
+         _json(d.remedies), _json(d.unmeasured), _json(d.details)))
+
+
+def _upsert_artifact(cur: sqlite3.Cursor, run_id: str, name: str, remote_path: str, size: int,
+                     sha256: str) -> None:
+    # A re-announced artifact with the same content keeps its pulled copy; a changed one
+    # (new sha256) must be pulled again.
+    cur.execute(
+        "INSERT INTO artifacts(run_id, name, remote_path, size, sha256, status)"
+        " VALUES (?, ?, ?, ?, ?, 'remote') ON CONFLICT(run_id, name) DO UPDATE SET"
+        " remote_path = excluded.remote_path,"
+        " status = CASE WHEN sha256 = excluded.sha256 AND size = excluded.size"
+        "   THEN status ELSE 'remote' END,"
+        " local_path = CASE WHEN sha256 = excluded.sha256 AND size = excluded.size"
+        "   THEN local_path ELSE NULL END,"
+        " pulled_at = CASE WHEN sha256 = excluded.sha256 AND size = excluded.size"
+        "   THEN pulled_at ELSE NULL END,"
+        " size = excluded.size, sha256 = excluded.sha256",
+        (run_id, name, remote_path, size, sha256))
+
+
+# ----------------------------------------------------------------------------- row decoding
+_SESSION_SELECT = (
+    "SELECT s.id, s.host, s.transport, s.probe_json, s.rate_usd_per_hour, s.budget_usd,"
+    " s.started, s.ended, (SELECT COUNT(*) FROM runs r WHERE r.session_id = s.id)"
+    " FROM sessions s")
+_RUN_SELECT = (
+    "SELECT run_id, session_id, workload, spec_json, status, started, finished, wall_s,"
+    " exit_code, is_baseline, baseline_of FROM runs")
+_DIAGNOSIS_SELECT = (
+    "SELECT run_id, seq, ts, code, severity, title, cause, meaning, remedies_json,"
+    " unmeasured_json, details_json FROM diagnoses")
+
+
+def _session_row(row: Any) -> SessionRow:
+    sid, host, transport, probe_json, rate, budget, started, ended, run_count = row
+    return SessionRow(id=sid, host=host, transport=transport,
+                      probe=_probe_decoder.decode(probe_json) if probe_json else None,
+                      rate_usd_per_hour=rate, budget_usd=budget, started=started, ended=ended,
+                      run_count=run_count)
+
+
+def _run_row(row: Any) -> RunRow:
+    rid, sid, workload, spec_json, status, started, finished, wall_s, code, base, base_of = row
+    return RunRow(run_id=rid, session_id=sid, workload=workload,
+                  spec=_spec_decoder.decode(spec_json) if spec_json else None, status=status,
+                  started=started, finished=finished, wall_s=wall_s, exit_code=code,
+                  is_baseline=bool(base), baseline_of=base_of)
+
+
+def _diagnosis(row: Any) -> protocol.Diagnosis:
+    run_id, seq, ts, code, severity, title, cause, meaning, remedies, unmeasured, details = row
+    return protocol.Diagnosis(
+        run_id=run_id, seq=seq, ts=ts, code=code, severity=severity, title=title, cause=cause,
+        meaning=meaning, remedies=msgspec.json.decode(remedies, type=list[str]),
+        unmeasured=msgspec.json.decode(unmeasured, type=list[str]),
+        details=msgspec.json.decode(details, type=dict[str, Any]))
+
+
+def _decode(body: bytes) -> protocol.Events:
+    event = protocol.decode_event(body)
+    if isinstance(event, protocol.BadLine):
+        raise StoreError(f"a stored event no longer decodes ({event.reason}): {event.preview}")
+    return event
+
+
+def _json(value: Any) -> str:
+    return _encoder.encode(value).decode("utf-8")
+
+
+def _sha256_file(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
