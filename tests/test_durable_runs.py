@@ -46,7 +46,7 @@ def test_cmd_run_streams_output_artifacts_and_decodes_strictly() -> None:
     assert ("stdout", "to-stdout") in texts and ("stderr", "to-stderr") in texts
     skipped = [e for e in events if isinstance(e, protocol.TierFinished) and e.tier == 1]
     assert skipped[0].status == "skipped" and "command" in skipped[0].reason
-    art = [e for e in events if isinstance(e, protocol.Artifact)][0]
+    art = next(e for e in events if isinstance(e, protocol.Artifact))
     assert art.name == "out.txt" and art.size == 3
     assert art.sha256 == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     fin = events[-1]
@@ -89,7 +89,7 @@ def test_dropped_link_loses_nothing_and_reattach_is_exactly_once(
         await second.close()
         return before, rest, info.run_id
 
-    before, rest, run_id = asyncio.run(go())
+    before, rest, _run_id = asyncio.run(go())
     allev = before + rest
     assert [e.seq for e in allev] == list(range(len(allev)))  # gap-free, no duplicates
     lines = [e.text for e in allev if isinstance(e, protocol.Output)]

@@ -30,6 +30,69 @@ def make_parser() -> argparse.ArgumentParser:
     add_connection_args(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("doctor", "doctor"))
+
+    from .commands.run import add_run_args
+
+    p = sub.add_parser("run", help="run a workload through the profiling tiers")
+    add_run_args(p)
+    p.set_defaults(func=_lazy("run", "run"))
+
+    p = sub.add_parser("attach", help="follow a run on the pod (after --detach or a drop)")
+    add_connection_args(p)
+    p.add_argument("run_id")
+    p.add_argument("--from-seq", type=int, help="first event to receive (default: after the "
+                                                 "last one stored)")
+    p.add_argument("--no-pull", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_lazy("run", "attach"), baseline=None, fail_if_slower=None)
+
+    p = sub.add_parser("cancel", help="cancel a run (kills its process group on the pod)")
+    add_connection_args(p)
+    p.add_argument("run_id")
+    p.set_defaults(func=_lazy("run", "cancel"))
+
+    p = sub.add_parser("runs", help="list the runs on the pod")
+    add_connection_args(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_lazy("run", "runs"))
+
+    p = sub.add_parser("ncu", help="which Nsight Compute fits the pod; install one")
+    add_connection_args(p)
+    p.add_argument("--install", action="store_true", help="run the install plan")
+    p.add_argument("--yes", action="store_true", help="confirm --install")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_lazy("run", "ncu"))
+
+    p = sub.add_parser("report", help="read a .ncu-rep or an ncu CSV here (no pod needed)")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_lazy("report_cmd", "report"))
+
+    p = sub.add_parser("sessions", help="list recorded sessions with what they cost")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_lazy("history", "sessions"))
+
+    p = sub.add_parser("export", help="write a session as a markdown report")
+    p.add_argument("session", help="session id (or a unique prefix)")
+    p.add_argument("-o", "--output", help="file to write (default stdout)")
+    p.set_defaults(func=_lazy("history", "export"))
+
+    p = sub.add_parser("compare", help="compare two runs (speedup with CI, Cliff's delta)")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_lazy("history", "compare"))
+
+    p = sub.add_parser("baseline", help="mark a run as a baseline")
+    p.add_argument("run_id")
+    p.add_argument("--off", action="store_true", help="unmark it")
+    p.set_defaults(func=_lazy("history", "baseline"))
+
+    p = sub.add_parser("pull", help="pull a run's artifacts home (resumes)")
+    add_connection_args(p)
+    p.add_argument("run_id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_lazy("history", "pull"))
     return parser
 
 
@@ -39,7 +102,7 @@ def _lazy(module: str, name: str) -> Command:
 
         mod = importlib.import_module(f"gpuws.commands.{module}")
         fn: Command = getattr(mod, name)
-        return await fn(args)
+        return int(await fn(args))
     return run
 
 
@@ -50,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return asyncio.run(args.func(args))
+        return int(asyncio.run(args.func(args)))
     except GpuwsError as exc:
         sys.stderr.write(f"gpuws: {exc.one_line()}\n")
         return exc.exit_code

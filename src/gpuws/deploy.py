@@ -41,8 +41,8 @@ class Bundle:
 @lru_cache(maxsize=1)
 def build_bundle() -> Bundle:
     """The agent zipapp (deterministic: same sources, same bytes)."""
-    files: list[tuple[str, bytes]] = [("__main__.py", _MAIN),
-                                      ("gpuws/__init__.py", (_PKG_ROOT / "__init__.py").read_bytes())]
+    init = (_PKG_ROOT / "__init__.py").read_bytes()
+    files: list[tuple[str, bytes]] = [("__main__.py", _MAIN), ("gpuws/__init__.py", init)]
     for sub in _BUNDLED:
         for path in sorted((_PKG_ROOT / sub).rglob("*.py")):
             rel = path.relative_to(_PKG_ROOT.parent).as_posix()
@@ -69,7 +69,7 @@ def build_bundle() -> Bundle:
 BOOTSTRAP = r'''
 import hashlib, os, sys
 def w(s):
-    os.write(1, s.encode()); 
+    os.write(1, s.encode())
 v = sys.version_info
 if v < (3, 8):
     w("GPUWS-BOOT old-python %d.%d.%d %s\n" % (v[0], v[1], v[2], sys.executable)); sys.exit(3)
@@ -172,7 +172,8 @@ async def start_agent(transport: Transport, *, python: str = "python3",
                     elif text.startswith("{"):
                         event = protocol.decode_event(line)
                         if not isinstance(event, protocol.Hello):
-                            raise ProtocolError(f"expected Hello from the agent, got {text[:120]!r}")
+                            raise ProtocolError(
+                                f"expected Hello from the agent, got {text[:120]!r}")
                         if event.protocol_version != protocol.PROTOCOL_VERSION:
                             raise ProtocolError(
                                 f"agent speaks protocol {event.protocol_version}, "

@@ -74,6 +74,10 @@ class RunSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     file_b64: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     timeout_s: float | None = None
+    #: Install the CuPy wheel that fits the driver when the pod lacks CuPy.
+    install_cupy: bool = False
+    #: Launches of the workload per profiled process (Tier 2 and Tier 3).
+    profile_iters: int = 10
 
 
 class StartRun(Request, kw_only=True, tag="start_run"):

@@ -23,7 +23,8 @@ def doctor_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, di
     return code, (json.loads(out) if code == 0 else {}), err
 
 
-def test_doctor_over_ssh_reports_the_pod(ssh_config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_over_ssh_reports_the_pod(ssh_config: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
     code, r, err = doctor_json(capsys, "pod", "-F", str(ssh_config))
     assert code == 0, err
     assert r["host"] == "pod"
@@ -99,7 +100,7 @@ def test_unknown_host_key_refused_then_accept_new(sshd: SshServer, tmp_path: Pat
     assert code == HostKeyError.exit_code
     assert "Unknown host key" in err and "SHA256:" in err and "--accept-new" in err
     assert (tmp_path / "c" / "known_hosts").read_text() == ""
-    code, r, err = doctor_json(capsys, "pod", "-F", str(cfg), "--accept-new")
+    code, _, err = doctor_json(capsys, "pod", "-F", str(cfg), "--accept-new")
     assert code == 0, err
     recorded = (tmp_path / "c" / "known_hosts").read_text()
     assert recorded.startswith(f"[127.0.0.1]:{sshd.port} ssh-ed25519 ")

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import signal
 import subprocess
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
-Emit = Callable[[Dict[str, object]], None]
+Emit = Callable[[Dict[str, Any]], Any]
 
 
 class ProcResult:
@@ -39,24 +40,39 @@ def terminate_children() -> None:
 def run_streaming(argv: Sequence[str], *, emit: Emit, tier: Optional[int], cwd: str,
                   env: Dict[str, str], timeout_s: Optional[float] = None,
                   on_chunk: Optional[Callable[[str, str], None]] = None,
-                  pass_fds: Sequence[int] = (), line_filter: Optional[Callable[[str], bool]] = None,
-                  tail_chars: int = 65536) -> ProcResult:
+                  line_filter: Optional[Callable[[str], bool]] = None,
+                  child_events: bool = False, tail_chars: int = 65536) -> ProcResult:
     """Run ``argv``, emitting each complete output line as an ``output`` event.
 
     ``on_chunk(stream, text)`` sees raw chunks as they arrive (ncu's progress dots come
     without newlines). ``line_filter(line)`` returning False keeps a line out of the
     output events (ncu's own ==PROF== lines are shown as progress instead).
+    With ``child_events`` the child gets a pipe in ``GPUWS_EVENT_FD`` and every JSON line
+    it writes there is emitted as an event: a workload's own prints on stdout can never
+    be mistaken for protocol frames.
     """
     start = time.time()
-    proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            pass_fds=tuple(pass_fds))
+    read_fd = write_fd = -1
+    if child_events:
+        read_fd, write_fd = os.pipe()
+        env = dict(env, GPUWS_EVENT_FD=str(write_fd))
+    try:
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                pass_fds=(write_fd,) if child_events else ())
+    finally:
+        if write_fd >= 0:
+            os.close(write_fd)
     _CURRENT.append(proc)
     sel = selectors.DefaultSelector()
     assert proc.stdout is not None and proc.stderr is not None
     sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
     sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
-    partial = {"stdout": b"", "stderr": b""}
+    open_streams = 2
+    if read_fd >= 0:
+        sel.register(read_fd, selectors.EVENT_READ, "events")
+        open_streams = 3
+    partial = {"stdout": b"", "stderr": b"", "events": b""}
     tails = {"stdout": "", "stderr": ""}
     timed_out = False
     batch: List[Dict[str, object]] = []
@@ -68,20 +84,28 @@ def run_streaming(argv: Sequence[str], *, emit: Emit, tier: Optional[int], cwd: 
         del batch[:]
 
     try:
-        open_streams = 2
         while open_streams:
             if timeout_s is not None and time.time() - start > timeout_s and not timed_out:
                 timed_out = True
                 proc.kill()
             for key, _ in sel.select(timeout=0.1):
                 name = str(key.data)
-                data = os.read(key.fileobj.fileno(), 65536)  # type: ignore[union-attr]
+                fd = key.fileobj if isinstance(key.fileobj, int) else key.fileobj.fileno()
+                data = os.read(fd, 65536)
                 if not data:
                     sel.unregister(key.fileobj)
                     open_streams -= 1
-                    if partial[name]:
+                    if partial[name] and name != "events":
                         _line(partial[name], name, tier, batch, line_filter)
-                        partial[name] = b""
+                    partial[name] = b""
+                    continue
+                if name == "events":
+                    lines = (partial[name] + data).split(b"\n")
+                    partial[name] = lines.pop()
+                    flush()  # keep output and child events in the order they happened
+                    for raw in lines:
+                        if raw.strip():
+                            _child_event(raw, emit)
                     continue
                 text = data.decode("utf-8", "replace")
                 tails[name] = (tails[name] + text)[-tail_chars:]
@@ -98,12 +122,26 @@ def run_streaming(argv: Sequence[str], *, emit: Emit, tier: Optional[int], cwd: 
         returncode = proc.wait()
     finally:
         sel.close()
+        if read_fd >= 0:
+            os.close(read_fd)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         _CURRENT.remove(proc)
     return ProcResult(argv, returncode, time.time() - start, tails["stdout"], tails["stderr"],
                       timed_out)
+
+
+def _child_event(raw: bytes, emit: Emit) -> None:
+    try:
+        event = json.loads(raw.decode("utf-8"))
+        if not isinstance(event, dict) or "type" not in event:
+            raise ValueError("not an event object")
+    except ValueError as exc:
+        emit({"type": "log", "level": "warning",
+              "message": "unreadable event from the workload process dropped: %s" % exc})
+        return
+    emit(event)
 
 
 def _line(raw: bytes, stream: str, tier: Optional[int], batch: List[Dict[str, object]],

@@ -50,7 +50,7 @@ class Server:
         def run() -> None:
             try:
                 fn()
-            except Exception as exc:  # noqa: BLE001 - report, keep serving
+            except Exception as exc:
                 self.fail(req, "internal", "Agent error", "%s: %s" % (type(exc).__name__, exc))
         threading.Thread(target=run, daemon=True).start()
 
@@ -105,7 +105,7 @@ class Server:
             t0 = time.time()
             try:
                 self.send(wire.make("telemetry", gpus=telemetry()))
-            except Exception as exc:  # noqa: BLE001 - telemetry is best effort, say why once
+            except Exception as exc:
                 self.send(wire.make("log", level="warning",
                                     message="telemetry stopped: %s" % exc))
                 return

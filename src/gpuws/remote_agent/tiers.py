@@ -1,14 +1,37 @@
-"""The profiling tiers, run by the worker in order for one workload."""
+"""The profiling tiers, run by the worker in order for one workload.
+
+Tier 1 times the workload with CUDA events (Python workloads only). Tier 2 finds which
+kernels matter (nsys, else torch.profiler, else one ncu pass of gpu__time_duration).
+Tier 3 profiles the chosen kernels with the Nsight Compute that fits the driver. When
+counters are blocked, Tier 3 falls back to static analysis and says what was not
+measured and why. Every step is an event in the run's durable log.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import procs, wire
 
 if TYPE_CHECKING:
     from .worker import RunContext
+
+#: What ncu would have measured; recorded as "not measured" when counters are blocked.
+NCU_METRICS = ["duration_ns", "sm_throughput_pct", "memory_throughput_pct",
+               "dram_throughput_pct", "achieved_occupancy_pct", "l1_hit_pct", "l2_hit_pct",
+               "tensor_pipe_active_pct", "warp stall reasons", "flops", "dram_bytes"]
+COUNTER_REMEDIES = [
+    "on the host: options nvidia NVreg_RestrictProfilingToAdminUsers=0 in "
+    "/etc/modprobe.d/, then reboot (or reload the nvidia module)",
+    "in a container: run it with --cap-add SYS_ADMIN (or --privileged); in Kubernetes: "
+    "securityContext.capabilities.add: [SYS_ADMIN]",
+    "run the profiler as root on the host, or pick a provider tier that allows profiling "
+    "(RunPod's standard pods do not allow SYS_ADMIN)",
+]
 
 
 class WorkloadError(Exception):
@@ -17,20 +40,65 @@ class WorkloadError(Exception):
     for_people = True
 
 
+class Pod:
+    """What the worker needs to know about the pod, probed once per run."""
+
+    def __init__(self) -> None:
+        from .probe import probe
+
+        self.facts = probe()
+        gpus = self.facts.get("gpus") or []
+        self.cc: Optional[str] = gpus[0].get("compute_capability") if gpus else None
+        self.driver: Optional[str] = self.facts.get("driver")
+        self.counters: Dict[str, Any] = self.facts.get("counters") or {}
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.facts.get("gpus"))
+
+    def nsys(self) -> Optional[str]:
+        for inst in self.facts.get("nsys") or []:
+            if not inst.get("error"):
+                return str(inst["path"])
+        return None
+
+    def select_ncu(self, exclude: List[str]) -> Dict[str, Any]:
+        from .ncu_select import select_ncu
+
+        try:
+            with open("/etc/os-release") as f:
+                os_release: Optional[str] = f.read()
+        except OSError:
+            os_release = None
+        return select_ncu(list(self.facts.get("ncu") or []), self.driver, self.cc, exclude,
+                          cuda_driver=self.facts.get("cuda_driver"), os_release=os_release,
+                          is_root=os.getuid() == 0, home=os.path.expanduser("~"))
+
+
 def execute(ctx: "RunContext") -> None:
-    kind, _, rest = str(ctx.spec["workload"]).partition(":")
-    if kind == "cmd":
-        run_command(ctx, rest)
+    from ..kernels.registry import parse_workload
+
+    try:
+        ref = parse_workload(str(ctx.spec["workload"]))
+    except ValueError as exc:
+        raise WorkloadError(str(exc)) from exc
+    pod = Pod()
+    if ref.kind == "cmd":
+        run_command(ctx, ref.target, pod)
     else:
-        raise WorkloadError("unknown workload kind %r: use builtin:NAME, file:PATH or cmd:COMMAND"
-                            % kind)
+        run_python(ctx, ref, pod)
 
 
-def run_command(ctx: "RunContext", command: str) -> None:
-    """A ``cmd:`` workload: run it once as asked, output streamed, exit code and wall kept."""
+def tiers_of(ctx: "RunContext") -> List[int]:
+    return sorted({int(t) for t in ctx.spec.get("tiers") or []})
+
+
+# ----------------------------------------------------------------------------- cmd:
+def run_command(ctx: "RunContext", command: str, pod: Pod) -> None:
+    """A ``cmd:`` workload: run it once as asked, then under Tier 2/3 when asked."""
     if not command.strip():
         raise WorkloadError("empty command: give cmd:COMMAND")
-    tiers = [int(t) for t in ctx.spec.get("tiers") or []]
+    tiers = tiers_of(ctx)
     if 1 in tiers:
         ctx.emit(wire.make("tier_started", tier=1, name="CUDA events"))
         ctx.emit(wire.make("tier_finished", tier=1, status="skipped", wall_s=0.0,
@@ -48,3 +116,411 @@ def run_command(ctx: "RunContext", command: str) -> None:
     ctx.emit(wire.make("tier_finished", tier=0, status=status, wall_s=time.time() - t0,
                        reason=reason))
     ctx.announce_artifacts()
+    if status != "ok" or procs.CANCELLED["flag"]:
+        return
+    if (2 in tiers or 3 in tiers) and not pod.has_gpu:
+        ctx.emit(wire.make("diagnosis", code="no_gpu", severity="warning",
+                           title="No GPU on the pod: Tiers 2 and 3 skipped",
+                           cause=str(pod.facts.get("gpu_error") or "no NVIDIA GPU was found"),
+                           meaning="the command ran and its output and artifacts are kept; "
+                                   "there are no kernels to profile",
+                           unmeasured=["kernel table", *NCU_METRICS]))
+        for tier in (t for t in (2, 3) if t in tiers):
+            ctx.emit(wire.make("tier_finished", tier=tier, status="skipped", wall_s=0.0,
+                               reason="no GPU on the pod"))
+        return
+    table = tier2(ctx, pod, argv, python=False) if 2 in tiers else None
+    if 3 in tiers and not procs.CANCELLED["flag"]:
+        tier3(ctx, pod, argv, table, None, python=False)
+
+
+# ----------------------------------------------------------------------------- python
+def child_argv(ctx: "RunContext", mode: str, *args: str) -> List[str]:
+    from .runs import agent_entry
+
+    return [sys.executable, agent_entry(), "child", mode, ctx.run_id, *args]
+
+
+def ensure_cupy(ctx: "RunContext", pod: Pod) -> None:
+    if importlib.util.find_spec("cupy") is not None:
+        return
+    major = str(pod.facts.get("cuda_driver") or "").split(".")[0]
+    wheel = "cupy-cuda13x" if major == "13" else "cupy-cuda12x" if major == "12" else None
+    if wheel and ctx.spec.get("install_cupy"):
+        argv = [sys.executable, "-m", "pip", "install", "--user", wheel]
+        ctx.emit(wire.make("log", level="info", message="installing %s (asked for)" % wheel))
+        res = procs.run_streaming(argv, emit=ctx.emit, tier=None, cwd=ctx.run_dir, env=ctx.env)
+        importlib.invalidate_caches()
+        if res.returncode == 0:
+            return
+    ctx.emit(wire.make(
+        "diagnosis", code="no_cupy", severity="error", title="CuPy is not installed on the pod",
+        cause="%s cannot import cupy; the bundled kernels and Tier 1 need it" % sys.executable,
+        meaning="nothing can run on the GPU from Python until CuPy is installed",
+        remedies=["%s -m pip install %s" % (sys.executable, wheel) if wheel else
+                  "install the CuPy wheel that matches the driver's CUDA major version",
+                  "or run again with --install-cupy to let gpuws install %s" % (wheel or "it")],
+        details={"driver_cuda": pod.facts.get("cuda_driver"), "wheel": wheel}))
+    raise WorkloadError("CuPy is missing on the pod (%s fits driver CUDA %s)"
+                        % (wheel or "no known wheel", pod.facts.get("cuda_driver")))
+
+
+def run_python(ctx: "RunContext", ref: Any, pod: Pod) -> None:
+    """A ``builtin:`` or ``file:`` workload through the tiers asked for."""
+    if not pod.has_gpu:
+        ctx.emit(wire.make("diagnosis", code="no_gpu", severity="error", title="No GPU on the pod",
+                           cause=str(pod.facts.get("gpu_error") or "no NVIDIA GPU was found"),
+                           remedies=["run on a machine with an NVIDIA GPU and driver"]))
+        raise WorkloadError("no NVIDIA GPU on this pod: %s" % pod.facts.get("gpu_error"))
+    ensure_cupy(ctx, pod)
+    regex = ctx.spec.get("kernel_regex") or declared_regex(ref)
+    tiers = tiers_of(ctx)
+    iters = str(max(1, int(ctx.spec.get("profile_iters") or 10)))
+    static_done = False
+    if 1 in tiers:
+        tier1(ctx)
+        static_done = True
+    if procs.CANCELLED["flag"]:
+        return
+    target = child_argv(ctx, "exec", iters)
+    table = tier2(ctx, pod, target, python=True, torch_argv=child_argv(ctx, "torchprof", iters)) \
+        if 2 in tiers else None
+    if 3 in tiers and not procs.CANCELLED["flag"]:
+        fell_back = tier3(ctx, pod, target, table, regex, python=True)
+        if fell_back and not static_done:
+            run_child(ctx, "static", tier=3)
+
+
+def declared_regex(ref: Any) -> Optional[str]:
+    """The workload's own main-kernel regex, without touching the GPU."""
+    if ref.kind != "builtin":
+        return None
+    try:
+        from ..kernels.registry import make_builtin
+
+        value = make_builtin(ref.target, ref.params).kernel_regex
+        return str(value) if value else None
+    except Exception:
+        return None
+
+
+def run_child(ctx: "RunContext", mode: str, *args: str, tier: int) -> procs.ProcResult:
+    result = procs.run_streaming(child_argv(ctx, mode, *args), emit=ctx.emit, tier=tier,
+                                 cwd=ctx.run_dir, env=ctx.env, child_events=True,
+                                 timeout_s=ctx.spec.get("timeout_s"))
+    if result.returncode != 0 and not procs.CANCELLED["flag"]:
+        last = (result.stderr_tail.strip().splitlines() or ["exit %d" % result.returncode])[-1]
+        raise WorkloadError("the workload failed in %s: %s" % (mode, last))
+    return result
+
+
+def tier1(ctx: "RunContext") -> None:
+    argv = child_argv(ctx, "tier1")
+    ctx.emit(wire.make("tier_started", tier=1, name="CUDA events", argv=argv))
+    t0 = time.time()
+    gpu: Dict[str, float] = {"s": 0.0}
+    orig = ctx.emit
+
+    def watch(event: Dict[str, Any]) -> None:
+        if event.get("type") == "samples":
+            gpu["s"] += sum(event.get("values_ms") or []) * int(event.get("batch") or 1) / 1000
+        orig(event)
+
+    ctx.emit = watch
+    try:
+        run_child(ctx, "tier1", tier=1)
+    finally:
+        ctx.emit = orig
+    ctx.emit(wire.make("tier_finished", tier=1, status="ok", wall_s=time.time() - t0,
+                       gpu_s=gpu["s"], source="CUDA events (CuPy)"))
+
+
+# ----------------------------------------------------------------------------- tier 2
+def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
+          torch_argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
+    """Which kernels matter: returns the ranked kernel rows (or None)."""
+    ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline"))
+    t0 = time.time()
+    tried: List[str] = []
+    nsys = pod.nsys()
+    if nsys:
+        found = tier2_nsys(ctx, nsys, target, python, tried)
+        if found is not None:
+            return finish_tier2(ctx, t0, found[0], "nsys", tried, found[1])
+    else:
+        tried.append("nsys: not installed on the pod")
+    if python and torch_argv and importlib.util.find_spec("torch") is not None:
+        rows = capture_kernel_table(ctx, torch_argv)
+        if rows is not None:
+            return finish_tier2(ctx, t0, rows, "torch.profiler", tried)
+        tried.append("torch.profiler: produced no kernel table")
+    elif python:
+        tried.append("torch.profiler: torch is not installed")
+    sel = pod.select_ncu([])
+    if sel.get("selected") and pod.counters.get("verdict") != "blocked":
+        rows = tier2_ncu(ctx, str(sel["selected"]), target, python, tried)
+        if rows is not None:
+            return finish_tier2(ctx, t0, rows, "ncu gpu__time_duration", tried)
+    else:
+        tried.append("ncu: " + ("counters are blocked" if sel.get("selected")
+                                else "no compatible ncu"))
+    ctx.emit(wire.make("diagnosis", code="no_timeline", severity="warning",
+                       title="No kernel timeline", cause="; ".join(tried),
+                       meaning="Tier 3 needs a kernel regex (--kernel-regex) to pick kernels",
+                       remedies=["install Nsight Systems, or torch for Python workloads"]))
+    ctx.emit(wire.make("tier_finished", tier=2, status="failed", wall_s=time.time() - t0,
+                       reason="; ".join(tried)))
+    return None
+
+
+def finish_tier2(ctx: "RunContext", t0: float, rows: List[Dict[str, Any]], source: str,
+                 tried: List[str], extra: Optional[Dict[str, Any]] = None
+                 ) -> List[Dict[str, Any]]:
+    event = wire.make("kernel_table", source=source, kernels=rows)
+    event.update(extra or {})
+    ctx.emit(event)
+    gpu_s = sum(float(r["total_ns"]) for r in rows) / 1e9
+    ctx.emit(wire.make("tier_finished", tier=2, status="ok" if not tried else "fallback",
+                       wall_s=time.time() - t0, gpu_s=gpu_s, source=source,
+                       reason="; ".join(tried)))
+    return rows
+
+
+def capture_kernel_table(ctx: "RunContext", argv: List[str]) -> Optional[List[Dict[str, Any]]]:
+    """Run a child that emits a kernel_table; keep its rows (not emitted twice)."""
+    got: Dict[str, Any] = {}
+    orig = ctx.emit
+
+    def grab(event: Dict[str, Any]) -> None:
+        if event.get("type") == "kernel_table":
+            got["rows"] = event.get("kernels")
+            return
+        orig(event)
+
+    res = procs.run_streaming(argv, emit=grab, tier=2, cwd=ctx.run_dir, env=ctx.env,
+                              child_events=True, timeout_s=ctx.spec.get("timeout_s"))
+    rows = got.get("rows")
+    return rows if res.returncode == 0 and rows else None
+
+
+def tier2_nsys(ctx: "RunContext", nsys: str, target: List[str], python: bool,
+               tried: List[str]) -> Optional[Tuple[List[Dict[str, Any]], Dict[str, Any]]]:
+    """nsys profile + stats: the ranked rows and the timeline's idle/memcpy shares."""
+    from .tier2_parse import parse_nsys_kern_sum_csv, rank_kernels
+
+    base = os.path.join(ctx.artifact_dir, "timeline")
+    argv = [nsys, "profile", "--trace=cuda", "--force-overwrite=true", "--export=sqlite",
+            "-o", base]
+    if python:
+        argv += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
+    argv += target
+    ctx.emit(wire.make("log", level="info", message="tier 2: " + " ".join(argv)))
+    res = procs.run_streaming(argv, emit=ctx.emit, tier=2, cwd=ctx.run_dir, env=ctx.env,
+                              timeout_s=ctx.spec.get("timeout_s"))
+    rep = base + ".nsys-rep"
+    if res.returncode != 0 or not os.path.exists(rep):
+        # Seen on real pods: nsys exists, runs, and leaves only a .qdstrm behind.
+        tried.append("nsys: no report came out (exit %d)" % res.returncode)
+        return None
+    for report in ("cuda_gpu_kern_sum", "gpukernsum"):
+        stats = procs.run_streaming([nsys, "stats", "--report", report, "--format", "csv",
+                                     "--output", "-", rep], emit=lambda e: None, tier=2,
+                                    cwd=ctx.run_dir, env=ctx.env, timeout_s=300)
+        try:
+            rows = parse_nsys_kern_sum_csv(stats.stdout_tail)
+        except ValueError:
+            continue
+        if rows:
+            extra: Dict[str, Any] = {}
+            sqlite = base + ".sqlite"
+            if os.path.exists(sqlite):
+                from .tier2_parse import parse_nsys_sqlite
+
+                try:
+                    tl = parse_nsys_sqlite(sqlite)
+                    extra = {k: tl.get(k) for k in ("gpu_idle_pct", "memcpy_pct")}
+                except (ValueError, OSError):
+                    pass
+            ctx.announce_artifacts()
+            return rank_kernels(rows), extra
+    tried.append("nsys stats: neither cuda_gpu_kern_sum nor gpukernsum gave a table")
+    return None
+
+
+def tier2_ncu(ctx: "RunContext", ncu: str, target: List[str], python: bool,
+              tried: List[str]) -> Optional[List[Dict[str, Any]]]:
+    from .ncu_reader import read_raw_csv
+    from .tier2_parse import rank_kernels
+
+    argv = [ncu, "--metrics", "gpu__time_duration.sum", "--csv", "--page", "raw",
+            "--kernel-name-base", "demangled", "--target-processes", "all",
+            "--clock-control", str(ctx.spec.get("clock_control") or "none")]
+    if python:
+        argv += ["--profile-from-start", "off"]
+    argv += target
+    ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline (ncu pass)", argv=argv))
+    res = procs.run_streaming(argv, emit=lambda e: None, tier=2, cwd=ctx.run_dir, env=ctx.env,
+                              timeout_s=ctx.spec.get("timeout_s"), tail_chars=1 << 24)
+    launches = read_raw_csv(res.stdout_tail) if res.returncode == 0 else []
+    totals: Dict[str, Dict[str, Any]] = {}
+    for launch in launches:
+        dur = (launch.get("metrics") or {}).get("duration_ns")
+        if dur is None:
+            continue
+        row = totals.setdefault(launch["kernel"], {"name": launch["kernel"], "calls": 0,
+                                                   "total_ns": 0.0})
+        row["calls"] += 1
+        row["total_ns"] += float(dur)
+    if not totals:
+        tried.append("ncu pass: no kernel durations (exit %d)" % res.returncode)
+        return None
+    return rank_kernels(list(totals.values()))
+
+
+# ----------------------------------------------------------------------------- tier 3
+def counters_blocked(ctx: "RunContext", *, observed: bool, cause: str, tier1_ran: bool) -> None:
+    ctx.emit(wire.make(
+        "diagnosis", code="counters_blocked", severity="warning",
+        title="GPU performance counters are blocked" + (" (ncu said so)" if observed else ""),
+        cause=cause,
+        meaning="Nsight Compute cannot read hardware counters here, so Tier 3 metrics are "
+                "not measured; Tier 1 timing%s and static analysis (registers, shared and "
+                "local memory, theoretical occupancy) are given instead"
+                % (" and Tier 2" if tier1_ran else ""),
+        remedies=COUNTER_REMEDIES, unmeasured=NCU_METRICS))
+
+
+def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[Dict[str, Any]]],
+          regex: Optional[str], *, python: bool) -> bool:
+    """Nsight Compute on the chosen kernels. Returns True when it fell back."""
+    from .ncu_cmd import DEFAULT_SECTIONS, build_ncu_argv
+    from .ncu_output import NcuConsoleParser, progress_event, regex_escape
+
+    t0 = time.time()
+    ctx.emit(wire.make("tier_started", tier=3, name="Nsight Compute"))
+    tier1_ran = 1 in tiers_of(ctx)
+    if pod.counters.get("verdict") == "blocked":
+        counters_blocked(ctx, observed=False, cause=str(pod.counters.get("reason")),
+                         tier1_ran=tier1_ran)
+        ctx.emit(wire.make("tier_finished", tier=3, status="fallback", wall_s=time.time() - t0,
+                           reason="counters blocked (predicted before running ncu)"))
+        return True
+    if not regex and table:
+        name = str(table[0]["name"]).split("(")[0]
+        regex = regex_escape(name)
+    excluded: List[str] = []
+    chosen = ctx.spec.get("ncu_path")
+    while True:
+        sel = pod.select_ncu(excluded)
+        ncu = chosen or sel.get("selected")
+        if not ncu:
+            ctx.emit(wire.make(
+                "diagnosis", code="no_ncu", severity="error",
+                title="No Nsight Compute fits this pod", cause=str(sel.get("reason")),
+                remedies=[" ".join(step) for step in (sel.get("install_plan") or [])]
+                or ["install Nsight Compute matching the driver"],
+                details={"install_target_version": sel.get("install_target_version")}))
+            ctx.emit(wire.make("tier_finished", tier=3, status="skipped",
+                               wall_s=time.time() - t0, reason=str(sel.get("reason"))))
+            return True
+        report = os.path.join(ctx.artifact_dir, "profile")
+        argv = build_ncu_argv(
+            str(ncu), report_path=report, target_argv=target, kernel_regex=regex,
+            launch_skip=int(ctx.spec.get("launch_skip") or 0),
+            launch_count=int(ctx.spec.get("launch_count") or 1),
+            ncu_set=ctx.spec.get("ncu_set"),
+            sections=ctx.spec.get("ncu_sections") or (None if ctx.spec.get("ncu_set")
+                                                      else list(DEFAULT_SECTIONS)),
+            replay_mode=ctx.spec.get("replay_mode"),
+            clock_control=str(ctx.spec.get("clock_control") or "none"),
+            cache_control=str(ctx.spec.get("cache_control") or "all"))
+        if python:
+            # Only what runs between cudaProfilerStart/Stop: the workload, not its setup.
+            argv[1:1] = ["--profile-from-start", "off"]
+        ctx.emit(wire.make("tier_started", tier=3, name="Nsight Compute %s"
+                           % (sel.get("selected_version") or ""), argv=argv))
+        parser = NcuConsoleParser(regex)
+
+        def on_chunk(stream: str, text: str, parser: NcuConsoleParser = parser) -> None:
+            for item in parser.feed(text, stream):
+                if item.get("kind") == "progress":
+                    ctx.emit(progress_event(item))
+
+        res = procs.run_streaming(argv, emit=ctx.emit, tier=3, cwd=ctx.run_dir, env=ctx.env,
+                                  on_chunk=on_chunk, timeout_s=ctx.spec.get("timeout_s"),
+                                  line_filter=lambda s: not s.startswith("==PROF== Profiling"))
+        for item in parser.close():
+            if item.get("kind") == "progress":
+                ctx.emit(progress_event(item))
+        if parser.driver_incompatible and not chosen:
+            excluded.append(str(ncu))
+            ctx.emit(wire.make("log", level="warning", message=(
+                "%s says the driver is not compatible; stepping back one release" % ncu)))
+            continue
+        break
+    wall = time.time() - t0
+    if parser.perm_error:
+        counters_blocked(ctx, observed=True, cause="ncu: ERR_NVGPUCTRPERM - the user does not "
+                         "have permission to access NVIDIA GPU performance counters",
+                         tier1_ran=tier1_ran)
+        ctx.emit(wire.make("tier_finished", tier=3, status="fallback", wall_s=wall,
+                           reason="ERR_NVGPUCTRPERM"))
+        return True
+    if parser.no_kernels:
+        ctx.emit(wire.make(
+            "diagnosis", code="no_kernel_matched", severity="error",
+            title="No kernel matched the filter",
+            cause="ncu profiled nothing for -k regex:%s" % regex,
+            meaning="the regex did not match any kernel launched after setup",
+            remedies=["try --kernel-regex '%s'" % parser.suggested_regex]
+            if parser.suggested_regex else ["pick a name from the kernels ncu saw"],
+            details={"available_kernels": parser.available_kernels,
+                     "suggested_regex": parser.suggested_regex}))
+        ctx.emit(wire.make("tier_finished", tier=3, status="failed", wall_s=wall,
+                           reason="no kernel matched regex:%s" % regex))
+        return False
+    rep = report + ".ncu-rep"
+    if res.returncode != 0 or not os.path.exists(rep):
+        why = (parser.errors or [res.stderr_tail.strip()[-300:] or "exit %d" % res.returncode])
+        ctx.emit(wire.make("tier_finished", tier=3, status="failed", wall_s=wall,
+                           reason="ncu failed: %s" % why[-1]))
+        return False
+    launches = read_report(ctx, str(ncu), rep)
+    from .ncu_reader import kernel_metrics_event, rule_findings_event
+
+    for launch in launches:
+        ctx.emit(kernel_metrics_event(launch))
+    if launches:
+        ctx.emit(rule_findings_event(launches))
+    ctx.announce_artifacts()
+    passes = sum(int(p.get("passes") or 0) for p in parser.profiled)
+    kernel_ns = sum(float(x["metrics"].get("duration_ns") or 0) for x in launches)
+    gpu_s = kernel_ns * max(passes, 1) / 1e9  # each replay pass runs the kernel again
+    ctx.emit(wire.make("tier_finished", tier=3, status="ok", wall_s=wall, gpu_s=gpu_s,
+                       source="ncu_report" if launches and launches[0].get("source") ==
+                       "ncu_report" else "csv",
+                       reason="%d kernel launch(es), %d passes" % (len(launches), passes)))
+    return False
+
+
+def read_report(ctx: "RunContext", ncu: str, rep: str) -> List[Dict[str, Any]]:
+    """The report through ncu_report; CSV export as the fallback."""
+    from .ncu_reader import read_details_csv, read_ncu_rep, read_raw_csv
+
+    try:
+        return read_ncu_rep(rep, ncu_path=ncu)
+    except Exception as exc:
+        ctx.emit(wire.make("log", level="warning",
+                           message="reading the report through ncu_report failed (%s: %s); "
+                                   "using ncu --import --csv" % (type(exc).__name__, exc)))
+    raw = procs.run_streaming([ncu, "--import", rep, "--csv", "--page", "raw"],
+                              emit=lambda e: None, tier=3, cwd=ctx.run_dir, env=ctx.env,
+                              timeout_s=300, tail_chars=1 << 24)
+    launches = read_raw_csv(raw.stdout_tail)
+    details = procs.run_streaming([ncu, "--import", rep, "--csv", "--page", "details"],
+                                  emit=lambda e: None, tier=3, cwd=ctx.run_dir, env=ctx.env,
+                                  timeout_s=300, tail_chars=1 << 24)
+    rules = read_details_csv(details.stdout_tail)
+    for launch, with_rules in zip(launches, rules):
+        launch["rules"] = with_rules.get("rules", [])
+    return launches

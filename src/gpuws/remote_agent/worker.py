@@ -9,7 +9,7 @@ import signal
 import socket
 import time
 import traceback
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, Optional, Set
 
 from . import procs, runs, wire
 
@@ -93,7 +93,7 @@ def main(run_id: str) -> int:
             status, error = "cancelled", "cancelled by request"
         elif ctx.exit_code not in (None, 0):
             status, error = "failed", "the workload exited with code %s" % ctx.exit_code
-    except Exception as exc:  # noqa: BLE001 - the run must end with a status, whatever broke
+    except Exception as exc:
         status = "cancelled" if procs.CANCELLED["flag"] else "failed"
         # A WorkloadError is already a sentence for people; anything else keeps its type.
         error = str(exc) if getattr(exc, "for_people", False) else "%s: %s" % (

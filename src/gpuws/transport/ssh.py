@@ -168,7 +168,7 @@ class SSHTransport(Transport):
             self._conn = await asyncssh.connect(t.hostname, **opts)
         except asyncssh.HostKeyNotVerifiable as exc:
             raise self._host_key_error() from exc
-        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError, asyncssh.Error) as exc:
             raise map_error(exc, t) from exc
         self.info.connect_s = time.monotonic() - t0
         await self._detect_sftp()
@@ -215,7 +215,7 @@ class SSHTransport(Transport):
                 async with self._sftp.open(path, "rb") as f:
                     await f.seek(offset)
                     while True:
-                        data = await f.read(chunk)
+                        data: bytes = await f.read(chunk)
                         if not data:
                             break
                         yield data
@@ -226,10 +226,10 @@ class SSHTransport(Transport):
         proc = await self.start([*agent_argv, "cat", path, str(offset)])
         try:
             while True:
-                data = await proc.stdout.read(chunk)
-                if not data:
+                raw = await proc.stdout.read(chunk)
+                if not raw:
                     break
-                yield data
+                yield bytes(raw)  # encoding=None: the channel carries bytes
             status = await proc.wait()
             if status not in (0, None):
                 err = (await proc.stderr.read()).decode("utf-8", "replace").strip()
@@ -244,7 +244,7 @@ class SSHTransport(Transport):
             self._conn.close()
             try:
                 await asyncio.wait_for(self._conn.wait_closed(), 5)
-            except (asyncio.TimeoutError, OSError, asyncssh.Error):
+            except (TimeoutError, OSError, asyncssh.Error):
                 pass
         if self._jump is not None:
             await self._jump.close()
