@@ -238,8 +238,11 @@ def tier1(ctx: "RunContext") -> None:
 # ----------------------------------------------------------------------------- tier 2
 def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
           torch_argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
-    """Which kernels matter: returns the ranked kernel rows (or None)."""
-    ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline"))
+    """Which kernels matter: returns the ranked kernel rows (or None).
+
+    Each path that runs a command announces it with its own ``tier_started`` (argv
+    included), so the export lists every command Tier 2 really ran.
+    """
     t0 = time.time()
     tried: List[str] = []
     nsys = pod.nsys()
@@ -250,6 +253,8 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
     else:
         tried.append("nsys: not installed on the pod")
     if python and torch_argv and importlib.util.find_spec("torch") is not None:
+        ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline (torch.profiler)",
+                           argv=torch_argv))
         rows = capture_kernel_table(ctx, torch_argv)
         if rows is not None:
             return finish_tier2(ctx, t0, rows, "torch.profiler", tried)
@@ -264,6 +269,10 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
     else:
         tried.append("ncu: " + ("counters are blocked" if sel.get("selected")
                                 else "no compatible ncu"))
+    if not any(t.startswith(("nsys: no report", "nsys stats", "torch.profiler: produced",
+                             "ncu pass"))
+               for t in tried):
+        ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline"))
     ctx.emit(wire.make("diagnosis", code="no_timeline", severity="warning",
                        title="No kernel timeline", cause="; ".join(tried),
                        meaning="Tier 3 needs a kernel regex (--kernel-regex) to pick kernels",
@@ -314,7 +323,7 @@ def tier2_nsys(ctx: "RunContext", nsys: str, target: List[str], python: bool,
     if python:
         argv += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
     argv += target
-    ctx.emit(wire.make("log", level="info", message="tier 2: " + " ".join(argv)))
+    ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline (nsys)", argv=argv))
     res = procs.run_streaming(argv, emit=ctx.emit, tier=2, cwd=ctx.run_dir, env=ctx.env,
                               timeout_s=ctx.spec.get("timeout_s"))
     rep = base + ".nsys-rep"
@@ -397,9 +406,9 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
     from .ncu_output import NcuConsoleParser, progress_event, regex_escape
 
     t0 = time.time()
-    ctx.emit(wire.make("tier_started", tier=3, name="Nsight Compute"))
     tier1_ran = 1 in tiers_of(ctx)
     if pod.counters.get("verdict") == "blocked":
+        ctx.emit(wire.make("tier_started", tier=3, name="Nsight Compute"))
         counters_blocked(ctx, observed=False, cause=str(pod.counters.get("reason")),
                          tier1_ran=tier1_ran)
         ctx.emit(wire.make("tier_finished", tier=3, status="fallback", wall_s=time.time() - t0,
@@ -414,6 +423,7 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
         sel = pod.select_ncu(excluded)
         ncu = chosen or sel.get("selected")
         if not ncu:
+            ctx.emit(wire.make("tier_started", tier=3, name="Nsight Compute"))
             ctx.emit(wire.make(
                 "diagnosis", code="no_ncu", severity="error",
                 title="No Nsight Compute fits this pod", cause=str(sel.get("reason")),
