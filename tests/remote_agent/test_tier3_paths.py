@@ -86,7 +86,8 @@ def events(ctx: RunContext) -> list[protocol.Events]:
     return out
 
 
-def test_counters_blocked_observed_falls_back_with_reason(ctx: RunContext, tmp_path: Path) -> None:
+def test_counters_blocked_observed_falls_back_with_reason(ctx: RunContext,
+                                                          tmp_path: Path) -> None:
     ncu = fake_ncu(tmp_path / "ncu", PERM, 1)
     fell_back = tiers.tier3(ctx, FakePod([ncu]), ["/bin/true"], None, "saxpy", python=False)
     assert fell_back

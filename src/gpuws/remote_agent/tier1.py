@@ -1,0 +1,511 @@
+"""Tier 1: time a workload with CUDA events until the median is known well enough.
+
+The loop (:func:`timing_loop`) is written against a small :class:`Timer` interface so
+its batching and stopping rules can be checked without a GPU; the real timer records
+``cupy.cuda.Event`` pairs on the current stream (:class:`CupyEventTimer`).
+
+How a run goes:
+
+1. ``warmup`` calls, so module loading, JIT compilation and library heuristics stay out
+   of the numbers.
+2. An estimate of one call's time, from back-to-back calls so that launch latency is
+   amortised. Calls under 10 µs are timed in batches of B calls (a batch ≥ 50 µs),
+   queued behind a GPU-side wait (a "hold") so the host's launch rate does not set
+   their pace.
+3. Rounds of samples. Each sample is one event pair around ``batch`` calls; a round
+   enqueues up to 256 samples (about 100 ms of work) before waiting once, so in hot
+   mode the GPU runs samples back to back instead of idling while the host reads each
+   result. Each round is emitted as a ``samples`` event.
+4. Stop when the median's 95% CI half-width is at most ``target_ci`` of the median and
+   at least ``min_samples`` were taken (``stop_reason="ci_reached"``), or when
+   ``max_seconds`` of wall time have passed (``"max_seconds"``).
+
+Cold mode flushes L2 before every sample by writing a buffer twice the L2 size with a
+memset enqueued before the sample's start event, so the flush is not timed.
+
+Standard library only at import; CuPy is imported inside the functions that use it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Tuple
+
+from ..kernels.workload import Workload
+from .stats import ci_reached, summarize
+
+#: Calls faster than this are timed in batches (CUDA event resolution is about 0.5 µs).
+BATCH_BELOW_MS = 0.010
+#: A batch is sized to take at least this long on the GPU.
+BATCH_TARGET_MS = 0.050
+#: Samples are emitted and the stop rule checked about this often...
+ROUND_S = 0.1
+#: ...or after this many samples, whichever comes first.
+ROUND_MAX_SAMPLES = 256
+#: The estimate of one call's time runs back-to-back calls for about this long.
+PROBE_MS = 1.0
+#: Slack added to a hold, for the event records and the launch of the hold itself.
+HOLD_MARGIN_MS = 0.02
+
+#: Receives each event dict. A runtime alias, so spelled with `typing` (python3.8 pods).
+Emit = Callable[[Dict[str, Any]], None]
+
+
+class Timer(Protocol):
+    """Marks regions of GPU work and reads their durations.
+
+    ``start``/``stop`` enqueue a pair of marks on the stream without waiting; several
+    pairs may be outstanding. ``elapsed_ms`` waits for all of them and returns each
+    pair's duration in milliseconds, oldest first, then forgets them.
+    """
+
+    def start(self) -> None:
+        """Mark the start of a timed region on the stream."""
+
+    def stop(self) -> None:
+        """Mark the end of the region opened by the last :meth:`start`."""
+
+    def elapsed_ms(self) -> List[float]:
+        """Wait for every outstanding pair; their durations in ms, oldest first."""
+
+
+class CupyEventTimer:
+    """:class:`Timer` over ``cupy.cuda.Event`` pairs recorded on the current stream.
+
+    Torch workloads run on torch's current stream; both libraries default to the legacy
+    default stream, which orders them with these events.
+    """
+
+    def __init__(self) -> None:
+        import cupy
+
+        self._cupy = cupy
+        self._free: List[Tuple[Any, Any]] = []
+        self._pending: List[Tuple[Any, Any]] = []
+        self._open: Optional[Tuple[Any, Any]] = None
+
+    def start(self) -> None:
+        """Record a start event on the current stream."""
+        if self._free:
+            pair = self._free.pop()
+        else:
+            pair = (self._cupy.cuda.Event(), self._cupy.cuda.Event())
+        pair[0].record()
+        self._open = pair
+
+    def stop(self) -> None:
+        """Record the matching stop event."""
+        if self._open is None:
+            raise RuntimeError("Timer.stop() without start()")
+        self._open[1].record()
+        self._pending.append(self._open)
+        self._open = None
+
+    def elapsed_ms(self) -> List[float]:
+        """Synchronize on the newest stop event and read every outstanding pair."""
+        if not self._pending:
+            return []
+        # Events on one stream complete in order: the last one done means all are.
+        self._pending[-1][1].synchronize()
+        get = self._cupy.cuda.get_elapsed_time
+        out = [float(get(start, stop)) for start, stop in self._pending]
+        self._free.extend(self._pending)
+        self._pending = []
+        return out
+
+
+def make_l2_flush(l2_bytes: Optional[int] = None) -> Tuple[Callable[[], None], int]:
+    """A function that evicts L2 by memsetting a buffer twice its size, and that size.
+
+    Args:
+        l2_bytes: L2 size; ``None`` reads ``L2CacheSize`` of the current device.
+    """
+    import cupy
+
+    if l2_bytes is None:
+        l2_bytes = int(cupy.cuda.Device().attributes["L2CacheSize"])
+    size = max(2 * int(l2_bytes), 1 << 20)
+    buf = cupy.empty(size, dtype=cupy.uint8)
+    state = {"value": 0}
+
+    def flush() -> None:
+        # Alternate the byte so each flush really writes; enqueued, never waited on.
+        state["value"] ^= 0xA5
+        buf.data.memset_async(state["value"], size)
+
+    return flush, size
+
+
+class LoopResult(NamedTuple):
+    """What :func:`timing_loop` measured.
+
+    Attributes:
+        samples_ms: Per-call times (a batch's time divided by ``batch``), in order.
+        batch: Calls per timed sample.
+        stop_reason: ``"ci_reached"`` or ``"max_seconds"``.
+        est_ms: The estimate of one call's time that chose ``batch``.
+        wall_s: Wall time of the whole loop, warm-up included.
+    """
+
+    samples_ms: List[float]
+    batch: int
+    stop_reason: str
+    est_ms: float
+    wall_s: float
+
+
+def timing_loop(
+    run: Callable[[], None],
+    *,
+    timer: Timer,
+    emit: Emit,
+    target_ci: float = 0.01,
+    max_seconds: float = 10.0,
+    min_samples: int = 10,
+    warmup: int = 5,
+    flush: Optional[Callable[[], None]] = None,
+    hold: Optional[Callable[[float], None]] = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> LoopResult:
+    """Warm up, pick a batch size, and sample until the stop rule holds.
+
+    Args:
+        run: Enqueues one call of the work (no synchronization).
+        timer: Marks and reads timed regions.
+        emit: Receives a ``samples`` event dict after every round.
+        target_ci: Stop once the median's CI half-width / median is at most this...
+        max_seconds: ...or once this much wall time has passed (warm-up included).
+        min_samples: Fewest samples before ``target_ci`` may stop the loop.
+        warmup: Untimed calls before the estimate.
+        flush: Cold mode: called before every sample, outside its timed region.
+        hold: Enqueues a GPU wait of the given ms; used before each batched sample so
+            the host queues the whole batch while the GPU waits (see :func:`make_hold`).
+        clock: Wall clock in seconds (a stand-in in tests).
+
+    Returns:
+        The samples and how they were taken.
+    """
+    t0 = clock()
+    for _ in range(max(0, warmup)):
+        run()
+    est = _estimate(run, timer, clock, hold)
+    batch = 1
+    if flush is None and est.gpu_ms < BATCH_BELOW_MS:
+        # CUDA events resolve about 0.5 µs, so a 3 µs call would carry ±15% of pure
+        # quantisation; timing B back-to-back calls and dividing by B shrinks that B-fold.
+        # Cold samples are never batched: only the first call of a batch would be cold.
+        batch = max(1, math.ceil(BATCH_TARGET_MS / max(est.gpu_ms, 1e-6)))
+    # Launching a short kernel can take the host longer than the GPU takes to run it, and
+    # then a batch would time the host's launch rate. Behind a hold the host queues the
+    # whole batch first, so the batch runs back to back at the GPU's own pace (nvbench's
+    # hot mode does the same behind a blocking kernel).
+    hold_ms = _hold_ms(batch, est.enqueue_ms) if hold is not None and batch > 1 else 0.0
+    samples: List[float] = []
+    sample_s = max(batch * est.gpu_ms + hold_ms, 1e-6) / 1000.0  # refined every round
+    reason = "max_seconds"
+    while True:
+        remaining = max_seconds - (clock() - t0)
+        count = int(min(ROUND_MAX_SAMPLES, ROUND_S / sample_s, max(remaining, 0.0) / sample_s))
+        count = max(1, count)
+        started = clock()
+        for _ in range(count):
+            if flush is not None:
+                flush()
+            if hold is not None and hold_ms > 0.0:
+                hold(hold_ms)
+            timer.start()
+            for _ in range(batch):
+                run()
+            timer.stop()
+        values = [ms / batch for ms in timer.elapsed_ms()]
+        sample_s = max((clock() - started) / max(len(values), 1), 1e-7)
+        samples.extend(values)
+        emit({"type": "samples", "values_ms": values, "batch": batch})
+        if len(samples) >= min_samples and ci_reached(samples, target_ci):
+            reason = "ci_reached"
+            break
+        if clock() - t0 >= max_seconds:
+            break
+    return LoopResult(samples, batch, reason, est.gpu_ms, clock() - t0)
+
+
+class _Estimate(NamedTuple):
+    gpu_ms: float  # one call's GPU time
+    enqueue_ms: float  # host time to enqueue one call (0 when not measured)
+
+
+def _hold_ms(calls: int, enqueue_ms: float) -> float:
+    """A hold long enough for the host to enqueue ``calls`` calls, with room to spare."""
+    return 1.5 * calls * enqueue_ms + HOLD_MARGIN_MS
+
+
+def _estimate(run: Callable[[], None], timer: Timer, clock: Callable[[], float],
+              hold: Optional[Callable[[float], None]]) -> _Estimate:
+    """One call's GPU time in ms, with launch latency amortised for short calls."""
+    timer.start()
+    run()
+    timer.stop()
+    first = timer.elapsed_ms()[0]
+    if first >= PROBE_MS:
+        return _Estimate(first, 0.0)
+    # A lone call on an idle GPU is timed from the start event, which runs before the
+    # kernel arrives: back-to-back calls hide that latency behind the previous call.
+    calls = int(min(1000, max(2, math.ceil(PROBE_MS / max(first, 1e-4)))))
+    timer.start()
+    t = clock()
+    for _ in range(calls):
+        run()
+    enqueue_ms = (clock() - t) * 1000.0 / calls
+    timer.stop()
+    gpu_ms = timer.elapsed_ms()[0] / calls
+    if hold is not None and gpu_ms < BATCH_BELOW_MS:
+        # The host may have set that pace: time the same calls queued behind a hold.
+        hold(_hold_ms(calls, enqueue_ms))
+        timer.start()
+        for _ in range(calls):
+            run()
+        timer.stop()
+        gpu_ms = timer.elapsed_ms()[0] / calls
+    return _Estimate(gpu_ms, enqueue_ms)
+
+
+_HOLD_SRC = r"""
+extern "C" __global__ void gpuws_hold(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+"""
+
+
+def make_hold() -> Callable[[float], None]:
+    """A function that enqueues a one-thread kernel waiting the given ms on the GPU.
+
+    Raises:
+        Exception: Whatever CuPy raises when the kernel cannot be built (``__nanosleep``
+            needs compute capability 7.0).
+    """
+    import cupy
+    import numpy
+
+    kernel = cupy.RawKernel(_HOLD_SRC, "gpuws_hold")
+    kernel.compile()
+
+    def hold(ms: float) -> None:
+        kernel((1,), (1,), (numpy.uint64(max(0, int(ms * 1e6))),))
+
+    return hold
+
+
+def run_tier1(
+    workload: Workload,
+    *,
+    emit: Emit,
+    target_ci: float = 0.01,
+    max_seconds: float = 10.0,
+    min_samples: int = 10,
+    warmup: int = 5,
+    cold: bool = False,
+    l2_bytes: Optional[int] = None,
+    peaks: Optional[Dict[str, Any]] = None,
+    timer: Optional[Timer] = None,
+    flush: Optional[Callable[[], None]] = None,
+    hold: Optional[Callable[[float], None]] = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Dict[str, Any]:
+    """Time a set-up workload and derive bandwidth and FLOP rate.
+
+    Args:
+        workload: The workload; its ``setup()`` must already have run.
+        emit: Receives ``samples`` events (and a ``log`` warning when cold samples of a
+            very short call cannot be batched).
+        target_ci: Relative half-width of the median's 95% CI that ends sampling.
+        max_seconds: Wall-time budget.
+        min_samples: Fewest samples before the CI may end sampling.
+        warmup: Untimed calls first.
+        cold: Flush L2 before every sample (else hot: samples back to back).
+        l2_bytes: L2 size for the flush buffer (``None``: read from the device).
+        peaks: :func:`measure_peaks`'s dict, for % of peak; ``None`` leaves them out.
+        timer: Stand-in timer (tests); default :class:`CupyEventTimer`.
+        flush: Stand-in L2 flush (tests); default :func:`make_l2_flush` when cold.
+        hold: Stand-in GPU wait (tests); with the default timer, :func:`make_hold`.
+        clock: Wall clock in seconds.
+
+    Returns:
+        A dict that decodes as ``protocol.Tier1Result`` (``type`` included, envelope
+        fields left to the caller). It is returned, not emitted.
+    """
+    if timer is None:
+        timer = CupyEventTimer()
+        if hold is None and not cold:
+            try:
+                hold = make_hold()
+            except Exception as exc:  # CuPy's compile errors share no narrower base
+                emit({"type": "log", "level": "warning", "message": (
+                    f"no GPU hold kernel ({type(exc).__name__}: {exc}); batches of short "
+                    "calls may be timed at the host's launch rate")})
+    flush_bytes: Optional[int] = None
+    if cold:
+        if flush is None:
+            flush, flush_bytes = make_l2_flush(l2_bytes)
+        else:
+            flush_bytes = 2 * l2_bytes if l2_bytes else None
+    else:
+        flush = None
+    result = timing_loop(
+        workload.run, timer=timer, emit=emit, target_ci=target_ci, max_seconds=max_seconds,
+        min_samples=min_samples, warmup=warmup, flush=flush, hold=hold, clock=clock,
+    )
+    if cold and result.est_ms < BATCH_BELOW_MS:
+        emit({"type": "log", "level": "warning", "message": (
+            f"{workload.name}: one call takes ~{result.est_ms * 1000:.1f} µs; cold samples are "
+            "not batched (each needs its own L2 flush), so CUDA-event resolution (~0.5 µs) "
+            "limits their precision")})
+    stats = summarize(result.samples_ms)
+    out: Dict[str, Any] = {
+        "type": "tier1_result",
+        "stats": stats,
+        "mode": "cold" if cold else "hot",
+        "batch": result.batch,
+        "warmup": warmup,
+        "stop_reason": result.stop_reason,
+        "l2_flush_bytes": flush_bytes,
+    }
+    out.update(derive_rates(workload, float(stats["median_ms"]), peaks))
+    return out
+
+
+def derive_rates(
+    workload: Workload, median_ms: float, peaks: Optional[Dict[str, Any]]
+) -> Dict[str, Any]:
+    """GB/s and TFLOP/s from the declared work, and their share of the peaks.
+
+    Returns:
+        ``bytes``, ``flops``, ``gbps``, ``tflops``, ``peak_gbps``, ``peak_tflops``,
+        ``pct_peak_bw``, ``pct_peak_flops`` and ``peak_source`` (``None`` where unknown).
+    """
+    seconds = median_ms / 1000.0
+    nbytes = workload.bytes_moved
+    flops = workload.flops
+    gbps = nbytes / seconds / 1e9 if nbytes is not None and seconds > 0 else None
+    tflops = flops / seconds / 1e12 if flops is not None and seconds > 0 else None
+    peak_gbps: Optional[float] = None
+    peak_tflops: Optional[float] = None
+    sources: List[str] = []
+    if peaks:
+        if gbps is not None:
+            if peaks.get("copy_gbps"):
+                peak_gbps = float(peaks["copy_gbps"])
+                sources.append(f"bandwidth: {peaks.get('copy_source', 'measured copy')}")
+            elif peaks.get("datasheet_gbps"):
+                peak_gbps = float(peaks["datasheet_gbps"])
+                sources.append(f"bandwidth: {peaks.get('flops_source', 'datasheet')}")
+        if tflops is not None and workload.flops_kind in ("fp32", "tensor"):
+            value = peaks.get(f"{workload.flops_kind}_tflops")
+            if value:
+                peak_tflops = float(value)
+                label = "FP32" if workload.flops_kind == "fp32" else "FP16/BF16 tensor"
+                sources.append(f"{label} FLOPs: {peaks.get('flops_source', 'datasheet')}")
+    return {
+        "bytes": nbytes,
+        "flops": flops,
+        "gbps": gbps,
+        "tflops": tflops,
+        "peak_gbps": peak_gbps,
+        "peak_tflops": peak_tflops,
+        "pct_peak_bw": 100.0 * gbps / peak_gbps if gbps is not None and peak_gbps else None,
+        "pct_peak_flops": (100.0 * tflops / peak_tflops
+                           if tflops is not None and peak_tflops else None),
+        "peak_source": "; ".join(sources) if sources else None,
+    }
+
+
+class DatasheetPeaks(NamedTuple):
+    """Dense datasheet peaks of one GPU model (from reference/ncu-compat.md)."""
+
+    model: str
+    fp32_tflops: float
+    tensor_tflops: float
+    memory_gbps: float
+
+
+# Order matters: the first row whose test accepts the name wins.
+_DATASHEET: Tuple[Tuple[Callable[[str], bool], DatasheetPeaks], ...] = (
+    (lambda s: "H200" in s and "NVL" not in s, DatasheetPeaks("H200 SXM", 67.0, 989.0, 4800.0)),
+    (lambda s: "H100" in s and "PCIE" not in s and "NVL" not in s,
+     DatasheetPeaks("H100 SXM", 67.0, 989.0, 3350.0)),
+    (lambda s: "A100" in s and "SXM" in s and "80GB" in s,
+     DatasheetPeaks("A100 SXM 80GB", 19.5, 312.0, 2040.0)),
+    (lambda s: " L4" in f" {s}" and "L40" not in s, DatasheetPeaks("L4", 30.3, 121.0, 300.0)),
+    (lambda s: "RTX 4090" in s, DatasheetPeaks("RTX 4090", 82.6, 165.0, 1010.0)),
+)
+
+
+def datasheet_peaks(gpu_name: str) -> Optional[DatasheetPeaks]:
+    """The datasheet row for a GPU name as the driver reports it, or ``None``.
+
+    Variants whose peaks differ from the table's (H100 PCIe/NVL, H200 NVL, A100 40GB or
+    PCIe) get ``None`` rather than a wrong number.
+    """
+    name = gpu_name.upper()
+    for accepts, row in _DATASHEET:
+        if accepts(name):
+            return row
+    return None
+
+
+def measure_peaks(*, nbytes: int = 1 << 30, repeats: int = 20) -> Dict[str, Any]:
+    """The pod's measured copy bandwidth and the datasheet compute peaks of its GPU.
+
+    The copy is ``cudaMemcpyAsync`` device-to-device of ``nbytes`` (1 GiB, less only when
+    free memory is short), timed with CUDA events after a warm-up; the rate counts bytes
+    read plus bytes written, as the workloads' ``bytes_moved`` do. The buffers are
+    returned to CuPy's pool and the pool emptied afterwards.
+
+    Returns:
+        ``gpu_name``, ``copy_gbps``, ``copy_source``, ``datasheet_gbps``,
+        ``fp32_tflops``, ``tensor_tflops``, ``flops_source`` (``None`` where unknown).
+    """
+    import cupy
+
+    dev = cupy.cuda.Device()
+    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+    raw_name = props["name"]
+    name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
+    free, _total = cupy.cuda.runtime.memGetInfo()
+    size = min(int(nbytes), int(free) // 4) // (1 << 20) * (1 << 20)
+    copy_gbps: Optional[float] = None
+    copy_source = "not measured: too little free GPU memory"
+    if size > 0:
+        src = cupy.empty(size, dtype=cupy.uint8)
+        dst = cupy.empty(size, dtype=cupy.uint8)
+        src.data.memset_async(1, size)
+        timer = CupyEventTimer()
+        for _ in range(3):
+            dst.data.copy_from_device_async(src.data, size)
+        for _ in range(max(1, repeats)):
+            timer.start()
+            dst.data.copy_from_device_async(src.data, size)
+            timer.stop()
+        times = sorted(timer.elapsed_ms())
+        median_ms = summarize(times)["median_ms"]
+        copy_gbps = 2.0 * size / (float(median_ms) / 1000.0) / 1e9
+        copy_source = (f"measured: device-to-device cudaMemcpyAsync of {size / (1 << 30):.2f} GiB, "
+                       f"median of {len(times)} CUDA-event timings, read+write bytes")
+        del src, dst
+        cupy.get_default_memory_pool().free_all_blocks()
+    sheet = datasheet_peaks(name)
+    return {
+        "gpu_name": name,
+        "copy_gbps": copy_gbps,
+        "copy_source": copy_source,
+        "datasheet_gbps": sheet.memory_gbps if sheet else None,
+        "fp32_tflops": sheet.fp32_tflops if sheet else None,
+        "tensor_tflops": sheet.tensor_tflops if sheet else None,
+        "flops_source": (f"datasheet: {sheet.model} (dense)" if sheet
+                         else f"no datasheet entry for {name!r}"),
+    }

@@ -1,0 +1,276 @@
+"""Tier 1's timing loop: batching, holds, cold flushes, rounds and the stop rule.
+
+The timer here is a stand-in because no GPU exists on CI machines: :class:`FakeGpu`
+plays CUDA events and a deterministic wall clock. It charges each call ``call_ms`` of
+GPU time, and models the host launching slower than a short kernel runs (``launch_ms``
+per call): a batch not queued behind a hold runs at the host's pace, as on a real GPU.
+The real CuPy timer, flush and hold are exercised by the lead on an H100/H200.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from gpuws import protocol
+from gpuws.kernels.registry import make_builtin
+from gpuws.kernels.workload import Workload, load_file_workload
+from gpuws.remote_agent.tier1 import (
+    BATCH_BELOW_MS,
+    ROUND_MAX_SAMPLES,
+    datasheet_peaks,
+    derive_rates,
+    run_tier1,
+    timing_loop,
+)
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"
+H200_PEAKS = {"gpu_name": "NVIDIA H200", "copy_gbps": 4256.0,
+              "copy_source": "measured: device-to-device copy", "datasheet_gbps": 4800.0,
+              "fp32_tflops": 67.0, "tensor_tflops": 989.0,
+              "flops_source": "datasheet: H200 SXM (dense)"}
+
+
+class FakeGpu:
+    """Deterministic CUDA events + clock. Times in ms; the clock in seconds."""
+
+    def __init__(self, call_ms: float, *, launch_ms: float = 0.0, noise: float = 0.0,
+                 seed: int = 0) -> None:
+        self.call_ms = call_ms
+        self.launch_ms = launch_ms
+        self.noise = noise
+        self.rng = random.Random(seed)
+        self.now = 0.0
+        self.ops: list[str] = []
+        self.calls = 0
+        self._held_ms = 0.0
+        self._open: tuple[int, float] | None = None
+        self._pairs: list[tuple[int, float]] = []  # (calls, hold before them)
+        self.holds: list[float] = []
+
+    # the workload
+    def run(self) -> None:
+        self.calls += 1
+        self.ops.append("run")
+        self.now += self.launch_ms / 1000.0  # the host's time to launch
+
+    # Timer
+    def start(self) -> None:
+        self.ops.append("start")
+        self._open = (self.calls, self._held_ms)
+        self._held_ms = 0.0
+
+    def stop(self) -> None:
+        self.ops.append("stop")
+        assert self._open is not None
+        first, held = self._open
+        self._pairs.append((self.calls - first, held))
+        self._open = None
+
+    def elapsed_ms(self) -> list[float]:
+        out = []
+        for calls, held in self._pairs:
+            gpu = calls * self.call_ms
+            # Not queued behind a long enough hold, the GPU waits for each launch.
+            if held < calls * self.launch_ms:
+                gpu = max(gpu, calls * self.launch_ms)
+            gpu *= 1.0 + self.noise * self.rng.random()
+            out.append(gpu)
+            self.now += (gpu + held) / 1000.0
+        self._pairs = []
+        return out
+
+    # cold flush and hold
+    def flush(self) -> None:
+        self.ops.append("flush")
+
+    def hold(self, ms: float) -> None:
+        self.ops.append("hold")
+        self.holds.append(ms)
+        self._held_ms = ms
+
+    def clock(self) -> float:
+        return self.now
+
+
+def _loop(gpu: FakeGpu, **kw: Any) -> tuple[Any, list[dict[str, Any]]]:
+    events: list[dict[str, Any]] = []
+    result = timing_loop(gpu.run, timer=gpu, emit=events.append, clock=gpu.clock, **kw)
+    return result, events
+
+
+def test_long_calls_are_not_batched() -> None:
+    gpu = FakeGpu(0.5, noise=0.002)
+    result, events = _loop(gpu, hold=gpu.hold)
+    assert result.batch == 1 and gpu.holds == []
+    assert result.est_ms == pytest.approx(0.5, rel=0.01)
+    assert all(v == pytest.approx(0.5, rel=0.01) for e in events for v in e["values_ms"])
+    assert result.stop_reason == "ci_reached"
+
+
+def test_short_calls_are_batched_behind_a_hold() -> None:
+    # A 2 µs kernel whose launch takes the host 5 µs: held, the batch runs at GPU pace.
+    gpu = FakeGpu(0.002, launch_ms=0.005, noise=0.001)
+    result, events = _loop(gpu, hold=gpu.hold, warmup=3)
+    assert result.est_ms == pytest.approx(0.002, rel=0.01)
+    assert result.batch == math.ceil(0.050 / result.est_ms) == 25
+    assert all(e["batch"] == 25 for e in events)
+    values = [v for e in events for v in e["values_ms"]]
+    assert values == pytest.approx([0.002] * len(values), rel=0.01)  # per call, not per batch
+    # Every sample is hold → start → 25 runs → stop, and the hold covers 25 launches.
+    text = " ".join(gpu.ops)
+    sample = "hold start " + "run " * 25 + "stop"
+    assert text.count(sample) == len(values)
+    assert min(gpu.holds[1:]) >= 25 * 0.005
+
+
+def test_without_a_hold_the_host_sets_the_pace() -> None:
+    gpu = FakeGpu(0.002, launch_ms=0.005)
+    result, _ = _loop(gpu)
+    assert result.est_ms == pytest.approx(0.005)
+    assert result.batch == 10
+    assert "hold" not in gpu.ops
+
+
+def test_cold_flushes_before_every_sample_outside_the_timed_region() -> None:
+    gpu = FakeGpu(0.003, noise=0.001)
+    result, events = _loop(gpu, flush=gpu.flush, hold=gpu.hold, min_samples=20)
+    assert result.batch == 1  # only the first call of a batch would be cold
+    n = sum(len(e["values_ms"]) for e in events)
+    ops = gpu.ops
+    assert ops.count("flush") == n
+    assert "hold" not in ops[ops.index("flush"):]  # samples are never held when cold
+    for i, op in enumerate(ops):
+        if op == "flush":
+            assert ops[i + 1] == "start"  # flush, then the timed region
+    inside = " ".join(ops).split("start")
+    assert all("flush" not in part.split("stop")[0] for part in inside[1:])
+
+
+def test_cold_run_tier1_warns_about_unbatched_short_calls() -> None:
+    gpu = FakeGpu(0.003)
+    w = _fake_workload(gpu, make_builtin("saxpy", {"n": 4096}))
+    events: list[dict[str, Any]] = []
+    result = run_tier1(w, emit=events.append, cold=True, l2_bytes=50 * 2**20, timer=gpu,
+                       flush=gpu.flush, clock=gpu.clock)
+    logs = [e for e in events if e["type"] == "log"]
+    assert len(logs) == 1 and "not batched" in logs[0]["message"]
+    msgspec.convert(logs[0], protocol.Log)
+    assert result["mode"] == "cold" and result["batch"] == 1
+    assert result["l2_flush_bytes"] == 100 * 2**20
+    msgspec.convert(result, protocol.Tier1Result)
+
+
+def test_stops_when_ci_reached_but_not_before_min_samples() -> None:
+    gpu = FakeGpu(0.2, noise=0.001)
+    result, events = _loop(gpu, min_samples=600, target_ci=0.01)
+    assert result.stop_reason == "ci_reached"
+    assert len(result.samples_ms) >= 600
+    assert len(events) >= 3  # 600 samples need at least three rounds of ≤ 256
+
+
+def test_stops_at_max_seconds_when_too_noisy() -> None:
+    gpu = FakeGpu(1.0, noise=3.0, seed=7)
+    result, _ = _loop(gpu, target_ci=1e-6, max_seconds=2.0)
+    assert result.stop_reason == "max_seconds"
+    assert 2.0 <= gpu.now < 2.0 + 0.25  # rounds are sized to the time left
+    assert result.wall_s == pytest.approx(gpu.now)
+
+
+def test_a_call_longer_than_the_budget_still_gives_a_sample() -> None:
+    gpu = FakeGpu(400.0)
+    result, _ = _loop(gpu, max_seconds=0.1, warmup=1)
+    assert result.stop_reason == "max_seconds"
+    assert len(result.samples_ms) == 1 and result.samples_ms[0] == 400.0
+
+
+def test_rounds_are_about_100_ms_and_at_most_256_samples() -> None:
+    gpu = FakeGpu(20.0, noise=0.5, seed=3)
+    _, events = _loop(gpu, target_ci=1e-6, max_seconds=1.5)
+    assert all(1 <= len(e["values_ms"]) <= 6 for e in events)  # 100 ms / 20 ms = 5
+    fast = FakeGpu(0.02, noise=0.5, seed=3)
+    _, fast_events = _loop(fast, target_ci=1e-6, max_seconds=0.5)
+    assert max(len(e["values_ms"]) for e in fast_events) == ROUND_MAX_SAMPLES
+    for e in events + fast_events:
+        msgspec.convert(e, protocol.Samples)  # the wire shape, strictly
+
+
+def _fake_workload(gpu: FakeGpu, w: Workload) -> Workload:
+    w.run = gpu.run  # type: ignore[method-assign]
+    return w
+
+
+def test_run_tier1_result_on_the_fixture_saxpy() -> None:
+    # The fixture machine measured saxpy (2^26 floats) at 0.240 ms by CUDA events.
+    gpu = FakeGpu(0.240, noise=0.001)
+    w = _fake_workload(gpu, make_builtin("saxpy"))
+    events: list[dict[str, Any]] = []
+    result = run_tier1(w, emit=events.append, timer=gpu, hold=gpu.hold, clock=gpu.clock,
+                       peaks=H200_PEAKS)
+    decoded = msgspec.convert(result, protocol.Tier1Result)
+    assert decoded.mode == "hot" and decoded.batch == 1 and decoded.warmup == 5
+    assert decoded.stop_reason == "ci_reached" and decoded.l2_flush_bytes is None
+    median = decoded.stats.median_ms
+    assert median == pytest.approx(0.240, rel=0.002)
+    assert decoded.bytes == 12 * 2**26 and decoded.flops == 2 * 2**26
+    assert decoded.gbps is not None and decoded.tflops is not None
+    assert decoded.gbps == pytest.approx(12 * 2**26 / (median / 1e3) / 1e9)
+    assert decoded.gbps == pytest.approx(3355, rel=0.003)  # the README's ≈ 3.36 TB/s
+    assert decoded.pct_peak_bw == pytest.approx(100 * decoded.gbps / 4256.0)
+    assert decoded.peak_tflops == 67.0
+    assert decoded.pct_peak_flops == pytest.approx(100 * decoded.tflops / 67.0)
+    assert decoded.peak_source == ("bandwidth: measured: device-to-device copy; "
+                                   "FP32 FLOPs: datasheet: H200 SXM (dense)")
+    assert sum(len(e["values_ms"]) for e in events) == decoded.stats.n
+
+
+def test_run_tier1_on_a_file_workload(tmp_path: Path) -> None:
+    path = tmp_path / "bench.py"
+    path.write_text("FLOPS = 1e12\nFLOPS_KIND = 'tensor'\ndef run():\n    pass\n",
+                    encoding="utf-8")
+    w = load_file_workload(str(path))
+    gpu = FakeGpu(2.0)
+    w.run = gpu.run  # type: ignore[method-assign]
+    result = run_tier1(w, emit=lambda e: None, timer=gpu, clock=gpu.clock, peaks=H200_PEAKS)
+    decoded = msgspec.convert(result, protocol.Tier1Result)
+    assert decoded.tflops == pytest.approx(500.0)
+    assert decoded.peak_tflops == 989.0 and decoded.gbps is None and decoded.peak_gbps is None
+
+
+def test_derive_rates_without_peaks_or_declarations() -> None:
+    w = make_builtin("copy", {"n": 1000})
+    rates = derive_rates(w, 0.001, None)
+    assert rates["gbps"] == pytest.approx(8.0) and rates["tflops"] is None
+    assert rates["peak_gbps"] is None and rates["pct_peak_bw"] is None
+    assert rates["peak_source"] is None
+    fallback = derive_rates(w, 0.001, {**H200_PEAKS, "copy_gbps": None})
+    assert fallback["peak_gbps"] == 4800.0  # datasheet when nothing was measured
+
+
+def test_datasheet_rows() -> None:
+    smi = (FIXTURES / "nvidia_smi_query.csv").read_text(encoding="utf-8")
+    fixture_name = smi.split(",")[1].strip()
+    assert fixture_name == "NVIDIA H200"
+    row = datasheet_peaks(fixture_name)
+    assert row is not None and (row.model, row.memory_gbps) == ("H200 SXM", 4800.0)
+    cases = {
+        "NVIDIA H100 80GB HBM3": "H100 SXM",
+        "NVIDIA A100-SXM4-80GB": "A100 SXM 80GB",
+        "NVIDIA L4": "L4",
+        "NVIDIA GeForce RTX 4090": "RTX 4090",
+    }
+    for name, model in cases.items():
+        found = datasheet_peaks(name)
+        assert found is not None and found.model == model, name
+    for other in ("NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200 NVL",
+                  "NVIDIA A100-SXM4-40GB", "NVIDIA L40S", "Tesla T4"):
+        assert datasheet_peaks(other) is None, other
+
+
+def test_thresholds_are_what_the_docs_say() -> None:
+    assert BATCH_BELOW_MS == 0.010 and ROUND_MAX_SAMPLES == 256
