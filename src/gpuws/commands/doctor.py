@@ -79,7 +79,8 @@ def render(r: dict[str, Any]) -> None:
     t.add_row("driver", f"{_na(r['driver'])} (supports CUDA {_na(r['cuda_driver'])})")
     t.add_row("toolkits", ", ".join(f"{k['version'] or '?'} ({k['path']})" for k in r["toolkits"])
               or "no nvcc found")
-    pk = [f"{x['name']} {x['version'] or '?'}" + (f" (CUDA {x['cuda']})" if x.get("cuda") else "")
+    pk = [f"{x['name']}: {x['error']}" if x.get("error") and not x.get("version") else
+          f"{x['name']} {x['version'] or '?'}" + (f" (CUDA {x['cuda']})" if x.get("cuda") else "")
           for x in r["python_packages"]]
     t.add_row("CuPy/torch", ", ".join(pk) or "neither installed")
     for tool in ("ncu", "nsys"):
