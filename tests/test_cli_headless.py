@@ -1,4 +1,4 @@
-"""The headless twins end to end: run/attach/cancel/runs/pull/sessions/export/report over a real sshd."""
+"""The headless twins end to end over a real sshd: run, pull, sessions, export, attach, report."""
 
 from __future__ import annotations
 
