@@ -147,3 +147,55 @@ def test_naive_vs_tiled_matmul(pod: Path, capsys: pytest.CaptureFixture[str]) ->
         if r["static"] and r["metrics"]["theoretical_occupancy_pct"] is not None:
             assert abs(r["static"][0]["theoretical_occupancy_pct"]
                        - r["metrics"]["theoretical_occupancy_pct"]) < 0.5
+
+
+FILE_WORKLOAD = '''
+import cupy
+
+BYTES = 2 * 4 * (1 << 24)
+KERNEL_REGEX = "scale"
+
+_scale = cupy.ElementwiseKernel("float32 x", "float32 y", "y = 2 * x", "scale")
+
+
+def setup():
+    x = cupy.ones(1 << 24, dtype=cupy.float32)
+    return x, cupy.empty_like(x)
+
+
+def run(state):
+    x, y = state
+    _scale(x, y)
+'''
+
+
+def test_file_workload(pod: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "bench_scale.py"
+    src.write_text(FILE_WORKLOAD)
+    code, events = run_json(capsys, "run", "pod", "-F", str(pod), "-w", f"file:{src}",
+                            "--tiers", "1,2,3", "--json", "--no-pull", "--max-seconds", "3")
+    assert code == 0, [e for e in events if e["type"] in ("diagnosis", "run_finished")]
+    t1 = of(events, "tier1_result")[0]
+    assert t1["gbps"] and t1["bytes"] == 2 * 4 * (1 << 24)
+    km = of(events, "kernel_metrics")
+    assert km and "scale" in km[0]["kernel"]
+    FIGURES["file_workload"] = {"median_ms": t1["stats"]["median_ms"], "gbps": t1["gbps"],
+                                "ncu_kernel": km[0]["kernel"],
+                                "tier2": of(events, "kernel_table")[0]["source"]}
+
+
+def test_cmd_workload_under_tiers_2_and_3(pod: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prog = ("import cupy; x = cupy.arange(1 << 22, dtype=cupy.float32); "
+            "[cupy.sqrt(x) for _ in range(5)]; cupy.cuda.runtime.deviceSynchronize(); "
+            "print('cmd-done')")
+    code, events = run_json(capsys, "run", "pod", "-F", str(pod), "-w",
+                            f"cmd:python3 -c \"{prog}\"", "--tiers", "2,3", "--json",
+                            "--no-pull")
+    assert code == 0, [e for e in events if e["type"] in ("diagnosis", "run_finished")]
+    assert any(e["text"] == "cmd-done" for e in of(events, "output"))
+    table = of(events, "kernel_table")[0]
+    assert table["kernels"] and "sqrt" in table["kernels"][0]["name"]
+    assert of(events, "kernel_metrics")
+    FIGURES["cmd_workload"] = {"tier2_source": table["source"],
+                               "top_kernel": table["kernels"][0]["name"],
+                               "tiers": of(events, "tier_finished")}
