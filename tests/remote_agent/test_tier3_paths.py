@@ -98,7 +98,8 @@ def test_counters_blocked_observed_falls_back_with_reason(ctx: RunContext,
     assert any("SYS_ADMIN" in r for r in diag[0].remedies)
     assert "sm_throughput_pct" in diag[0].unmeasured
     fin = [e for e in evs if isinstance(e, protocol.TierFinished)]
-    assert fin[-1].tier == 3 and fin[-1].status == "fallback" and "ERR_NVGPUCTRPERM" in fin[-1].reason
+    assert fin[-1].tier == 3 and fin[-1].status == "fallback"
+    assert "ERR_NVGPUCTRPERM" in fin[-1].reason
     started = [e for e in evs if isinstance(e, protocol.TierStarted) and e.argv]
     argv = started[0].argv or []
     assert "--kernel-name-base" in argv and "demangled" in argv
