@@ -446,7 +446,9 @@ def test_ncu_report_module_found_next_to_ncu(tmp_path: Path,
     module = ncu_reader.load_ncu_report_module(str(install / "ncu"))
     assert module.WHERE == "extras"
     assert sys.path[0] == str(install / "extras" / "python")
-    monkeypatch.delitem(sys.modules, "ncu_report")
+    # Drop the stand-in by hand: monkeypatch.delitem would record it and put it back at
+    # teardown, shadowing the real ncu_report for every later test.
+    sys.modules.pop("ncu_report", None)
 
 
 # ----------------------------------------------------------------------------- events
