@@ -49,6 +49,12 @@ def sshd_nopython(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServe
     yield from _server(tmp_path_factory, "nopython")
 
 
+@pytest.fixture(scope="session")
+def sshd_pty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    """A real sshd configured like RunPod's basic SSH proxy: a PTY shell and nothing else."""
+    yield from _server(tmp_path_factory, "ptyproxy")
+
+
 @pytest.fixture
 def ssh_config(sshd: SshServer, tmp_path: Path) -> Path:
     """Client files for ``sshd`` (alias ``pod``), with a fresh pod cache."""

@@ -17,6 +17,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+#: sshd's ForceCommand for the ``ptyproxy`` variant.
+PTY_PROXY = Path(__file__).resolve().parent / "transport" / "pty_proxy.sh"
+
 
 def find_sshd() -> str | None:
     for cand in (shutil.which("sshd"), "/usr/sbin/sshd", "/usr/local/sbin/sshd"):
@@ -38,13 +41,24 @@ def keygen(path: Path) -> None:
 
 @dataclass
 class SshServer:
-    """One sshd process. ``variant`` changes its config (no SFTP, no python3 on PATH...)."""
+    """One sshd process. ``variant`` changes its config (no SFTP, no python3 on PATH...).
+
+    ``ptyproxy`` is configured like RunPod's basic SSH proxy: no SFTP subsystem and a
+    ``ForceCommand`` (tests/transport/pty_proxy.sh) that refuses exec requests and sessions
+    without a TTY and starts a login shell (``pty_shell``: bash or sh) behind a banner.
+    ``pty_noise`` makes a background job write a line to the terminal every that many
+    seconds; ``pty_path`` replaces the login shell's PATH.
+    """
 
     root: Path
     variant: str = "default"
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     extra: list[str] = field(default_factory=list)
+    max_sessions: int = 100
+    pty_shell: str = "bash"
+    pty_noise: float | None = None
+    pty_path: str | None = None
 
     @property
     def pod_cache(self) -> Path:
@@ -79,13 +93,20 @@ class SshServer:
             "PermitRootLogin prohibit-password",
             "LogLevel ERROR",
             "MaxStartups 100",
-            "MaxSessions 100",
+            f"MaxSessions {self.max_sessions}",
         ]
         env = [f"GPUWS_POD_CACHE={self.pod_cache}"]
-        if self.variant != "nosftp":
+        if self.variant not in ("nosftp", "ptyproxy"):
             lines.append("Subsystem sftp internal-sftp")
         if self.variant == "nopython":
             env.append("PATH=/nonexistent-gpuws-test-bin")
+        if self.variant == "ptyproxy":
+            lines.append(f"ForceCommand /bin/sh {PTY_PROXY}")
+            env += [f"GPUWS_PTY_HOME={self._pty_home()}", f"GPUWS_PTY_SHELL={self.pty_shell}"]
+            if self.pty_noise:
+                env.append(f"GPUWS_PTY_NOISE={self.pty_noise}")
+            if self.pty_path:
+                env.append(f"GPUWS_PTY_PATH={self.pty_path}")
         lines.append("SetEnv " + " ".join(env))
         lines += self.extra
         for _ in range(5):
@@ -99,6 +120,17 @@ class SshServer:
                 return self
             self.stop()
         raise RuntimeError("sshd did not start: " + (self.root / "sshd.log").read_text())
+
+    def _pty_home(self) -> Path:
+        """The login shell's home: a profile with a coloured prompt and a chatty MOTD."""
+        home = self.root / "pty-home"
+        home.mkdir(exist_ok=True)
+        (home / ".bash_profile").write_text(
+            'echo "Last login: Mon Mar  3 09:14:07 2025 from 10.0.0.1"\n'
+            'echo "You have new mail."\n'
+            '[ -n "$GPUWS_PTY_PATH" ] && PATH=$GPUWS_PTY_PATH\n'
+            "PS1='\\[\\e[01;32m\\]root@pod-7f3a\\[\\e[00m\\]:\\[\\e[01;34m\\]\\w\\[\\e[00m\\]# '\n")
+        return home
 
     def _wait_listening(self) -> bool:
         deadline = time.time() + 10

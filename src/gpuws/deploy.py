@@ -8,11 +8,14 @@ sha256, and the pod caches it as ``~/.cache/gpuws/agent/<sha>.pyz``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import io
 import shlex
 import time
 import zipfile
+import zlib
+from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -60,13 +63,14 @@ def build_bundle() -> Bundle:
 
 # Stage 1, run as `python3 -c BOOTSTRAP SHA SIZE CMD...`. It must parse on old Pythons so
 # that a too-old one can say so: no f-strings, no walrus. It reads the cache dir from
-# GPUWS_POD_CACHE or ~/.cache/gpuws, refuses a cache dir owned by someone else or
+# GPUWS_POD_CACHE or ~/.cache/gpuws (creating it; exist_ok because several laptops may
+# connect at once), refuses a cache dir owned by someone else or
 # writable by others (a shared pod), starts the cached bundle if its sha256 matches, and
 # otherwise asks for it ("need"/"corrupt"), reads exactly SIZE bytes from stdin with
 # unbuffered os.read (a buffered read could swallow the first request after exec),
 # verifies the hash, writes it atomically (temp + fsync + rename, mode 0600) and execs it
 # with stdin/stdout carried over to the agent.
-BOOTSTRAP = r'''
+_BOOT_HEAD = r"""
 import hashlib, os, sys
 def w(s):
     os.write(1, s.encode())
@@ -78,7 +82,7 @@ root = os.environ.get("GPUWS_POD_CACHE") or os.path.join(os.path.expanduser("~")
 d = os.path.join(root, "agent")
 for p in (root, d):
     if not os.path.isdir(p):
-        os.makedirs(p, 0o700)
+        os.makedirs(p, 0o700, exist_ok=True)
     st = os.lstat(p)
     if st.st_uid != os.getuid() or st.st_mode & 0o022:
         w("GPUWS-BOOT unsafe-cache %s\n" % p); sys.exit(6)
@@ -90,7 +94,8 @@ def digest(p):
     except OSError:
         return None
 state = "cached"
-if digest(path) != sha:
+"""
+_BOOT_RECV_BYTES = r"""if digest(path) != sha:
     state = "corrupt" if os.path.exists(path) else "need"
     w("GPUWS-BOOT %s %s\n" % (state, sha))
     buf = bytearray()
@@ -105,9 +110,72 @@ if digest(path) != sha:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, bytes(buf)); os.fsync(fd); os.close(fd)
     os.replace(tmp, path)
-w("GPUWS-BOOT start %s\n" % state)
+"""
+# The terminal variant of the receive step (a PTY carries text, not bytes). The bundle
+# arrives as lines "OFFSET SHA256 BASE64" (each chunk checksummed), then a "GPUWS-SENT"
+# line; only a chunk that starts exactly where the file ends and matches its checksum is
+# kept, anything else (noise, a garbled or repeated line) is skipped. Kept chunks go to
+# SHA.pyz.part, so a broken link resumes where it stopped: "need SHA OFFSET" asks for
+# the rest, after every round that left a gap. The .part is locked (flock) because two
+# laptops may connect at once; the whole file is verified before the atomic rename.
+_BOOT_RECV_TEXT = r"""if digest(path) != sha:
+    import binascii, fcntl
+    state = "corrupt" if os.path.exists(path) else "need"
+    part = path + ".part"
+    fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    have = os.lseek(fd, 0, 2)
+    if digest(path) == sha:
+        have, state = size, "cached"
+    elif have > size:
+        os.ftruncate(fd, 0); have = 0
+    buf = bytearray()
+    rounds = 0
+    while have < size:
+        rounds += 1
+        if rounds > 20:
+            w("GPUWS-BOOT short %d\n" % have); sys.exit(4)
+        w("GPUWS-BOOT %s %s %d\n" % (state, sha, have))
+        while True:
+            nl = buf.find(b"\n")
+            if nl < 0:
+                if len(buf) > (1 << 22):
+                    del buf[:]
+                c = os.read(0, 1 << 16)
+                if not c:
+                    w("GPUWS-BOOT short %d\n" % have); sys.exit(4)
+                buf += c
+                continue
+            f = bytes(buf[:nl]).split()
+            del buf[:nl + 1]
+            if f[-1:] == [b"GPUWS-SENT"]:
+                break
+            if len(f) != 3 or not f[0].isdigit() or int(f[0]) != have:
+                continue
+            try:
+                data = binascii.a2b_base64(f[2])
+            except (binascii.Error, ValueError):
+                continue
+            if have + len(data) <= size and hashlib.sha256(data).hexdigest().encode() == f[1]:
+                os.write(fd, data)
+                have += len(data)
+    if digest(path) != sha:
+        os.fsync(fd)
+        if digest(part) != sha:
+            os.close(fd); os.unlink(part)
+            w("GPUWS-BOOT bad-hash\n"); sys.exit(5)
+        os.replace(part, path)
+    os.close(fd)
+"""
+_BOOT_TAIL = r"""w("GPUWS-BOOT start %s\n" % state)
 os.execv(sys.executable, [sys.executable, path] + sys.argv[3:])
-'''.strip()
+"""
+BOOTSTRAP = (_BOOT_HEAD + _BOOT_RECV_BYTES + _BOOT_TAIL).strip()
+#: The same stage 1 for a terminal (PTY) link: the bundle comes as checksummed text.
+BOOTSTRAP_TEXT = (_BOOT_HEAD + _BOOT_RECV_TEXT + _BOOT_TAIL).strip()
+#: Raw bytes per text chunk line of the bundle: a line stays under 4 KiB, so it would
+#: survive even a terminal left in canonical mode (MAX_CANON is 4096 on Linux).
+TEXT_CHUNK = 2400
 
 
 @dataclass
@@ -126,6 +194,29 @@ def bootstrap_argv(bundle: Bundle, command: list[str], python: str = "python3") 
     return [python, "-c", BOOTSTRAP, bundle.sha256, str(bundle.size), *command]
 
 
+def text_bootstrap_argv(bundle: Bundle, command: list[str],
+                        python: str = "python3") -> list[str]:
+    """Stage 1 for a terminal link: one short line of shell-safe characters.
+
+    A shell reads it from a terminal, so the code travels compressed and base64-encoded:
+    no quote, newline or ``$`` for any shell to interpret, and the whole command stays far
+    below the 4 KiB a terminal in canonical mode accepts per line.
+    """
+    code = base64.b64encode(zlib.compress(BOOTSTRAP_TEXT.encode(), 9)).decode()
+    loader = f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{code}')))"
+    return [python, "-c", loader, bundle.sha256, str(bundle.size), *command]
+
+
+def text_chunks(bundle: Bundle, offset: int) -> list[bytes]:
+    """The bundle from ``offset`` as the text bootstrap reads it: checksummed base64 lines."""
+    lines = []
+    for pos in range(offset, bundle.size, TEXT_CHUNK):
+        data = bundle.data[pos:pos + TEXT_CHUNK]
+        lines.append(b"%d %s %s\n" % (pos, hashlib.sha256(data).hexdigest().encode(),
+                                       base64.b64encode(data)))
+    return lines
+
+
 def agent_argv(bundle: Bundle, python: str = "python3") -> list[str]:
     """Start the cached bundle directly (used for side channels such as ``cat``).
 
@@ -140,27 +231,51 @@ async def start_agent(transport: Transport, *, python: str = "python3",
     """Start ``serve`` on the pod, uploading the bundle only when the cache lacks it.
 
     Returns the running process, what happened, and any bytes already read past the
-    Hello line (the start of the event stream).
+    Hello line (the start of the event stream). Over a terminal (``transport.info.kind``
+    is ``pty``) the bundle goes as checksummed text lines (``BOOTSTRAP_TEXT``), and a
+    frame is found even behind noise that a terminal put in front of it on its line.
     """
     bundle = build_bundle()
+    text_mode = transport.info.kind == "pty"
     t0 = time.monotonic()
-    proc = await transport.start(bootstrap_argv(bundle, ["serve"], python))
+    argv = (text_bootstrap_argv if text_mode else bootstrap_argv)(bundle, ["serve"], python)
+    proc = await transport.start(argv)
     state = ""
     sent = 0
+    rounds = 0
     buf = b""
+    noise: deque[str] = deque(maxlen=5)
     try:
         async with asyncio.timeout(timeout):
             while True:
                 chunk = await proc.stdout.read(65536)
                 if not chunk:
-                    await _explain_failure(proc, python, buf)
+                    await _explain_failure(proc, python, buf,
+                                           "\n".join(noise) if text_mode else "")
                 buf += chunk
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
                     text = line.decode("utf-8", "replace").strip()
+                    if text_mode:
+                        line, text = _behind_noise(line, text)
                     if text.startswith("GPUWS-BOOT "):
                         word = text.split()[1]
-                        if word in ("need", "corrupt"):
+                        if word in ("need", "corrupt") and text_mode:
+                            state = word
+                            rounds += 1
+                            if rounds > 10:
+                                raise DeployError("the agent bundle did not get through the "
+                                                  "terminal after 10 attempts",
+                                                  remedy="check the link; connect again to "
+                                                         "resume the upload")
+                            have = int(text.split()[3])
+                            for piece in text_chunks(bundle, have):
+                                proc.stdin.write(piece)
+                                await proc.stdin.drain()
+                            proc.stdin.write(b"GPUWS-SENT\n")
+                            await proc.stdin.drain()
+                            sent += bundle.size - have
+                        elif word in ("need", "corrupt"):
                             state = word
                             proc.stdin.write(bundle.data)
                             await proc.stdin.drain()
@@ -181,7 +296,10 @@ async def start_agent(transport: Transport, *, python: str = "python3",
                         result = DeployResult(bundle.sha256, bundle.size, state or "cached", sent,
                                               time.monotonic() - t0, event)
                         return proc, result, buf
-                    # Anything else before the first frame (a login banner, MOTD) is noise.
+                    elif text:
+                        # Anything else before the first frame (a login banner, MOTD) is
+                        # noise; the last lines explain a failure over a terminal.
+                        noise.append(text[-300:])
     except TimeoutError as exc:
         proc.close()
         raise DeployError(f"the agent did not start within {timeout:.0f} s",
@@ -189,6 +307,16 @@ async def start_agent(transport: Transport, *, python: str = "python3",
     except BaseException:
         proc.close()
         raise
+
+
+def _behind_noise(line: bytes, text: str) -> tuple[bytes, str]:
+    """A bootstrap line or the Hello frame, even with terminal noise in front of it."""
+    for mark in ("GPUWS-BOOT ", '{"type":'):
+        at = text.find(mark)
+        if at > 0:
+            raw = line.find(mark.encode())
+            return line[raw:].strip(), text[at:]
+    return line.strip(), text
 
 
 def _boot_failure(text: str, python: str) -> None:
@@ -207,8 +335,11 @@ def _boot_failure(text: str, python: str) -> None:
                       remedy="check free disk space in the pod's home directory")
 
 
-async def _explain_failure(proc: RemoteProcess, python: str, seen: bytes) -> None:
-    err = (await proc.stderr.read()).decode("utf-8", "replace").strip()
+async def _explain_failure(proc: RemoteProcess, python: str, seen: bytes,
+                           merged: str = "") -> None:
+    """Why the bootstrap ended; ``merged`` is the output of a terminal, where stderr and
+    stdout are one stream (so the shell's complaint is there, not on stderr)."""
+    err = (await proc.stderr.read()).decode("utf-8", "replace").strip() or merged
     status = await proc.wait()
     low = err.lower()
     if status == 127 or "not found" in low or "no such file" in low:

@@ -22,11 +22,16 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
                    help="record an unknown host key (like StrictHostKeyChecking=accept-new); "
                         "a changed key is still refused")
     p.add_argument("--python", default="python3", help="the pod's python (default python3)")
+    p.add_argument("--pty", action="store_true",
+                   help="reach the pod through an interactive terminal only (a proxy that "
+                        "refuses exec and SFTP, like RunPod's basic SSH); detected by itself "
+                        "when the server refuses exec")
 
 
 async def connect(args: argparse.Namespace) -> AgentClient:
     transport = make_transport(args.host, config_file=args.ssh_config, port=args.port,
-                               user=args.user, accept_new=args.accept_new)
+                               user=args.user, accept_new=args.accept_new,
+                               pty=True if getattr(args, "pty", False) else None)
     return await AgentClient.connect(transport, python=args.python)
 
 

@@ -555,6 +555,7 @@ def _run_smi(smi: str, args: list[str]) -> tuple[int, str]:
     try:
         proc = subprocess.run(
             [smi, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,  # never let a tool read the agent's requests
             text=True, timeout=_SMI_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
         return 124, f"{smi} {' '.join(args)} timed out after {_SMI_TIMEOUT_S:.0f} s"

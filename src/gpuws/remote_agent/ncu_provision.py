@@ -50,14 +50,15 @@ def _stream(argv: List[str], send: Send, req: Optional[int]) -> int:
 
 def verify(ncu: str, send: Send) -> str:
     """``ncu --version`` and a one-pass profile of a tiny CuPy kernel; what each said."""
-    ver = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60)
+    ver = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
     if ver.returncode != 0:
         raise RuntimeError("%s --version failed: %s" % (ncu, ver.stderr.strip()[-300:]))
     version = ver.stdout.strip().splitlines()[-1]
     t0 = time.time()
     smoke = subprocess.run([ncu, "--metrics", "gpu__time_duration.sum", "-c", "1",
                             sys.executable, "-c", SMOKE], capture_output=True, text=True,
-                           timeout=600)
+                           timeout=600, stdin=subprocess.DEVNULL)
     out = smoke.stdout + smoke.stderr
     if smoke.returncode != 0 or "==PROF== Profiling" not in out:
         raise RuntimeError("smoke profile failed: %s" % out.strip()[-400:])

@@ -227,8 +227,8 @@ def run_version(path: str, parser: Callable[[str], str | None],
     """Run ``path --version`` and parse it into a ``protocol.ToolInstall`` dict."""
     try:
         proc = subprocess.run([path, "--version"], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                              check=False)
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return {"path": path, "version": None,
                 "error": f"--version did not answer within {timeout:g} s"}

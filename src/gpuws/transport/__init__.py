@@ -1,4 +1,4 @@
-"""Transports: how gpuws reaches a pod (``local`` or ``ssh``)."""
+"""Transports: how gpuws reaches a pod (``local``, ``ssh``, or ``pty``)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,20 @@ __all__ = ["CommandResult", "RemoteProcess", "Transport", "TransportInfo", "make
 
 
 def make_transport(destination: str, *, config_file: str | None = None, port: int | None = None,
-                   user: str | None = None, accept_new: bool = False) -> Transport:
-    """The transport for a destination: ``local`` for this machine, SSH otherwise."""
+                   user: str | None = None, accept_new: bool = False,
+                   pty: bool | None = None) -> Transport:
+    """The transport for a destination: ``local`` for this machine, SSH otherwise.
+
+    Args:
+        pty: True to reach the pod through terminal sessions only (``--pty``); None (the
+            default) to use them only when the server refuses exec the way PTY-only
+            proxies do, which is checked after connecting (``info.kind`` tells which).
+    """
     if destination == "local":
         from .local import LocalTransport
 
         return LocalTransport()
-    from .ssh import SSHTransport  # asyncssh is only imported when a pod is remote
+    from .pty import PTYTransport  # asyncssh is only imported when a pod is remote
 
-    return SSHTransport(destination, config_file=config_file, port=port, user=user,
-                        accept_new=accept_new)
+    return PTYTransport(destination, config_file=config_file, port=port, user=user,
+                        accept_new=accept_new, pty=pty)
