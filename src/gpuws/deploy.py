@@ -8,6 +8,7 @@ sha256, and the pod caches it as ``~/.cache/gpuws/agent/<sha>.pyz``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import base64
 import hashlib
 import io
@@ -21,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import protocol
-from .errors import DeployError, NoPythonError, ProtocolError
+from .errors import DeployError, GpuwsError, NoPythonError, ProtocolError
 from .transport.base import RemoteProcess, Transport
 
 _PKG_ROOT = Path(__file__).resolve().parent
@@ -304,6 +305,12 @@ async def start_agent(transport: Transport, *, python: str = "python3",
         proc.close()
         raise DeployError(f"the agent did not start within {timeout:.0f} s",
                           remedy="check the pod's load and that python3 runs there") from exc
+    except GpuwsError:
+        proc.close()
+        # The bootstrap has exited or is about to: reap it so a local one never lingers.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(proc.wait(), 5)
+        raise
     except BaseException:
         proc.close()
         raise

@@ -492,6 +492,10 @@ def decode_event(line: bytes) -> Events | BadLine:
         return _event_decoder.decode(line)
     except msgspec.DecodeError as exc:
         return BadLine(str(exc), _preview(line), len(line))
+    except (UnicodeDecodeError, RecursionError) as exc:
+        # Invalid UTF-8 inside a string, or nesting deep enough to exhaust the stack:
+        # still just a bad line.
+        return BadLine(f"{type(exc).__name__}: {exc}", _preview(line), len(line))
 
 
 def decode_request(line: bytes) -> Requests:

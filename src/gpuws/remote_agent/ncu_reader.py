@@ -481,7 +481,9 @@ def read_details_csv(text: str) -> list[dict[str, Any]]:
             entry["metrics"][_DETAILS[name]] = value
     for lid, entry in launches.items():
         m = entry["metrics"]
-        if lid in smem:
+        # Static + dynamic + driver rows make the total; a report cut between them
+        # must say "unknown", not a smaller number.
+        if len(smem.get(lid, ())) == len(_DETAILS_SMEM):
             m["shared_mem_per_block"] = sum(smem[lid])
         if lid in dram_rate and m["duration_ns"] is not None:
             m["dram_bytes"] = dram_rate[lid] * m["duration_ns"] * 1e-9

@@ -73,13 +73,18 @@ def run_dir(run_id: str) -> str:
 class EventLog:
     """The worker's append-only event log; assigns ``seq`` and writes one line per event."""
 
-    def __init__(self, run_id: str, path: str) -> None:
+    def __init__(self, run_id: str, path: str, reserve: int = 0) -> None:
         self.run_id = run_id
         self.path = path
         # Resume numbering if the file exists (a worker restarted on the same dir).
         self.seq = count_lines(path)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._lock = threading.Lock()
+        #: The first write that failed (disk full, quota, file size limit), if any.
+        self.write_error: Optional[OSError] = None
+        self.reserve_path = path + ".reserve"
+        if reserve > 0:
+            make_reserve(self.reserve_path, reserve)
 
     def append(self, event: Dict[str, Any]) -> int:
         with self._lock:
@@ -92,11 +97,46 @@ class EventLog:
             if "ts" not in body:
                 body["ts"] = time.time()
             line = wire.dumps(body)
+            start = os.lseek(self._fd, 0, os.SEEK_END)
             written = 0
-            while written < len(line):
-                written += os.write(self._fd, line[written:])
+            try:
+                while written < len(line):
+                    written += os.write(self._fd, line[written:])
+            except OSError as exc:
+                if self.write_error is None:
+                    self.write_error = exc
+                # A full disk takes part of a line and refuses the rest. The space set
+                # aside at start finishes the line (a follower may already have read its
+                # first half); without it, the torn line is cut off so the log stays whole
+                # lines. Either way the caller learns the disk is full.
+                if written and self.release_reserve():
+                    written = self._finish_line(line, written)
+                    if written == len(line):
+                        self.seq += 1
+                if 0 < written < len(line):
+                    try:
+                        os.ftruncate(self._fd, start)
+                    except OSError:
+                        pass
+                raise
             self.seq += 1
             return self.seq - 1
+
+    def _finish_line(self, line: bytes, written: int) -> int:
+        try:
+            while written < len(line):
+                written += os.write(self._fd, line[written:])
+        except OSError:
+            pass
+        return written
+
+    def release_reserve(self) -> bool:
+        """Free the space set aside at start, so the final event fits on a full disk."""
+        try:
+            os.unlink(self.reserve_path)
+            return True
+        except OSError:
+            return False
 
     def sync(self) -> None:
         with self._lock:
@@ -109,6 +149,39 @@ class EventLog:
             except OSError:
                 pass
             os.close(self._fd)
+        self.release_reserve()  # a finished run keeps no ballast
+
+
+def make_reserve(path: str, size: int) -> None:
+    """Set ``size`` bytes of disk aside in ``path`` (best effort: a full disk gets none).
+
+    Written, not sparse: the blocks must really be taken, or freeing them frees nothing.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError:
+        return
+    try:
+        block = b"\0" * 65536
+        left = size
+        while left > 0:
+            left -= os.write(fd, block[:left])
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def worker_log_tail(rdir: str) -> str:
+    """The last line the worker wrote to its own log (its dying words), or ``""``."""
+    try:
+        with open(os.path.join(rdir, "worker.log"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            lines = f.read().decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1].strip()[:300] if lines else ""
 
 
 def count_lines(path: str) -> int:
@@ -140,7 +213,9 @@ def pid_alive(pid: Optional[int], run_id: str) -> bool:
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
             cmdline = f.read()
-        if run_id.encode() not in cmdline:
+        # Empty while the worker is still inside execve (Popen returns once exec is under
+        # way, before the new argv is mapped): that is our worker starting, not pid reuse.
+        if cmdline and run_id.encode() not in cmdline:
             return False
         with open("/proc/%d/stat" % pid, "rb") as f:
             # A zombie (our own unreaped child) is not alive.
@@ -210,7 +285,7 @@ def start_worker(spec: Dict[str, Any], run_id: Optional[str] = None) -> Dict[str
     os.mkdir(rdir, 0o700)  # fails if the id is taken: never mix two runs' events
     os.mkdir(os.path.join(rdir, "artifacts"), 0o700)
     tmp = os.path.join(rdir, "spec.json.tmp")
-    with open(tmp, "w") as f:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         json.dump(spec, f)
     os.replace(tmp, os.path.join(rdir, "spec.json"))
     log = os.open(os.path.join(rdir, "worker.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -225,7 +300,9 @@ def start_worker(spec: Dict[str, Any], run_id: Optional[str] = None) -> Dict[str
         )
     finally:
         os.close(log)
-    with open(os.path.join(rdir, "worker.pid"), "w") as f:
+    pid_fd = os.open(os.path.join(rdir, "worker.pid"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                     0o600)
+    with open(pid_fd, "w") as f:
         f.write(str(proc.pid))
     _REAPER.add(proc)
     return {"run_id": run_id, "run_dir": rdir, "pid": proc.pid}
@@ -297,6 +374,11 @@ def finish_if_dead(run_id: str, status: str, error: str) -> bool:
     if FINISHED_MARK in last_line(path) or pid_alive(read_pid(rdir), run_id):
         return False
     log = EventLog(run_id, path)
+    # A worker that died on a full disk leaves its reserve behind: free it for this event.
+    log.release_reserve()
+    tail = worker_log_tail(rdir)
+    if tail and status == "failed":
+        error = "%s; worker.log ends with: %s" % (error, tail)
     try:
         started = os.stat(os.path.join(rdir, "spec.json")).st_mtime
         log.append(wire.make("run_finished", status=status, wall_s=time.time() - started,
@@ -306,12 +388,21 @@ def finish_if_dead(run_id: str, status: str, error: str) -> bool:
     return True
 
 
+def _skip_lines(data: bytes, n: int) -> bytes:
+    """``data`` without its first ``n`` lines (each ending in a newline)."""
+    cut = 0
+    for _ in range(n):
+        cut = data.index(b"\n", cut) + 1
+    return data[cut:]
+
+
 def follow(run_id: str, from_seq: int, send_raw: Callable[[bytes], None],
            stop: threading.Event, follow_live: bool = True, poll_s: float = 0.05) -> int:
     """Forward lines ``from_seq``.. of a run's log; keep following until ``run_finished``.
 
-    Returns the next seq to send. Only whole lines are forwarded: the worker may be in
-    the middle of writing the last one.
+    Returns the next seq to send. Only whole lines are forwarded (the worker may be in
+    the middle of writing the last one), several at a time: each ``send_raw`` call gets
+    the whole lines read so far, so it never splits a line.
     """
     rdir = run_dir(run_id)
     path = os.path.join(rdir, "events.ndjson")
@@ -333,20 +424,27 @@ def follow(run_id: str, from_seq: int, send_raw: Callable[[bytes], None],
             if chunk:
                 idle_since = time.time()
                 pending += chunk
-                lines = pending.split(b"\n")
-                pending = lines.pop()
-                finished = False
-                for line in lines:
-                    if seq >= from_seq:
-                        send_raw(line + b"\n")
-                        if FINISHED_MARK in line:
-                            finished = True
-                    seq += 1
-                if finished:
-                    return seq
+                end = pending.rfind(b"\n") + 1
+                whole, pending = pending[:end], pending[end:]
+                count = whole.count(b"\n")
+                if seq < from_seq:
+                    whole = _skip_lines(whole, min(from_seq - seq, count))
+                seq += count
+                if whole:
+                    # All whole lines of a chunk in one write: one line per write made
+                    # sshd send one small SSH packet per event, and per-packet cost (not
+                    # bytes) then bounded a replay to ~25 MB/s.
+                    send_raw(whole)
+                    if FINISHED_MARK in whole:
+                        return seq
                 continue
             if not follow_live:
                 return seq
+            if pending and os.fstat(f.fileno()).st_size < f.tell():
+                # The worker cut off a line torn by a full disk (EventLog.append): what we
+                # hold of it is gone from the file; read again from the last whole line.
+                f.seek(f.tell() - len(pending))
+                pending = b""
             if time.time() - idle_since > 1.0:
                 # Quiet for a while: is the worker still there?
                 idle_since = time.time()

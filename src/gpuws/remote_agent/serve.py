@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, FrozenSet, Optional
 
 from . import AGENT_VERSION, runs, wire
 
@@ -60,21 +60,39 @@ class Server:
             msg = json.loads(line.decode("utf-8"))
             if not isinstance(msg, dict):
                 raise ValueError("not an object")
-        except ValueError as exc:
-            self.fail(None, "bad_request", "Bad request", "unreadable request line: %s" % exc)
+        except (ValueError, RecursionError) as exc:
+            # RecursionError: json refuses to nest thousands deep, and must not end serve.
+            self.fail(None, "bad_request", "Bad request",
+                      "unreadable request line: %s" % ("%s" % exc)[:200])
             return
         req = msg.get("req") if isinstance(msg.get("req"), int) else None
-        handler = HANDLERS.get(str(msg.get("type")))
+        type_ = msg.get("type")
+        handler = HANDLERS.get(type_) if isinstance(type_, str) else None
         if handler is None:
             # Never guess what an unknown request meant: refuse it.
             self.fail(req, "unknown_request", "Unknown request",
-                      "this agent (%s) does not understand %r" % (AGENT_VERSION, msg.get("type")),
+                      "this agent (%s) does not understand %r" % (AGENT_VERSION, type_),
                       "update gpuws on the laptop and reconnect")
+            return
+        # The laptop deploys this very agent, so both sides know the same fields; a field
+        # we do not know means a request we do not understand, which is refused, not
+        # half-done.
+        unknown = sorted(set(msg) - REQUEST_FIELDS[str(type_)])
+        if unknown:
+            self.fail(req, "bad_request", "Bad request",
+                      "a %s request with fields this agent does not know: %s"
+                      % (type_, ", ".join(repr(k) for k in unknown)[:300]))
             return
         try:
             handler(msg, self)
         except (KeyError, TypeError, ValueError) as exc:
             self.fail(req, "bad_request", "Bad request", "%s: %s" % (type(exc).__name__, exc))
+        except OSError as exc:
+            # A full disk or a run directory we refuse to use (ensure_private_dir): the
+            # request fails, serve and the runs it follows go on.
+            self.fail(req, "pod_error", "The pod refused", "%s: %s" % (type(exc).__name__, exc),
+                      "check free disk space and that ~/.cache/gpuws on the pod is yours "
+                      "and not writable by others")
 
     def follow(self, run_id: str, from_seq: int, live: bool) -> None:
         old = self._followers.get(run_id)
@@ -133,7 +151,16 @@ def _start_run(msg: Dict[str, Any], srv: Server) -> None:
     spec = msg["spec"]
     if not isinstance(spec, dict) or not isinstance(spec.get("workload"), str):
         raise ValueError("spec.workload is required")
-    started = runs.start_worker(spec, msg.get("run_id"))
+    unknown = sorted(set(spec) - SPEC_FIELDS)
+    if unknown:
+        raise ValueError("spec fields this agent does not know: %s"
+                         % ", ".join(repr(k) for k in unknown)[:300])
+    run_id = msg.get("run_id")
+    if run_id is not None:
+        if not isinstance(run_id, str):
+            raise ValueError("run_id must be a string")
+        runs.run_dir(run_id)  # a malformed id ("" included) is refused, never replaced
+    started = runs.start_worker(spec, run_id)
     srv.reply(msg.get("req"), "run_list", runs=[_run_info(runs.run_status(started["run_id"]))])
     srv.follow(started["run_id"], 0, live=True)
 
@@ -151,6 +178,7 @@ def _attach(msg: Dict[str, Any], srv: Server) -> None:
 
 def _cancel(msg: Dict[str, Any], srv: Server) -> None:
     run_id = str(msg["run_id"])
+    runs.run_dir(run_id)  # a malformed id is a bad request, answered now, not "internal"
 
     def go() -> None:
         try:
@@ -192,6 +220,24 @@ def _shutdown(msg: Dict[str, Any], srv: Server) -> None:
     srv.stop.set()
 
 
+#: Every field each request may carry (protocol.py's Request structs; a contract test
+#: keeps the two in step).
+REQUEST_FIELDS: Dict[str, FrozenSet[str]] = {
+    name: frozenset(("type", "req", *extra)) for name, extra in (
+        ("ping", ()), ("probe", ()), ("start_run", ("spec", "run_id")),
+        ("attach", ("run_id", "from_seq", "follow")), ("cancel", ("run_id",)),
+        ("list_runs", ()), ("telemetry", ("interval_s",)), ("ncu_plan", ("install",)),
+        ("stat_file", ("path",)), ("shutdown", ()),
+    )
+}
+#: The fields of protocol.RunSpec.
+SPEC_FIELDS: FrozenSet[str] = frozenset((
+    "workload", "tiers", "target_ci", "max_seconds", "min_samples", "warmup", "cold",
+    "kernel_regex", "launch_skip", "launch_count", "ncu_set", "ncu_sections", "replay_mode",
+    "clock_control", "cache_control", "ncu_path", "file_name", "file_b64", "env", "timeout_s",
+    "install_cupy", "profile_iters",
+))
+
 HANDLERS: Dict[str, Handler] = {
     "ping": _ping, "probe": _probe, "start_run": _start_run, "attach": _attach,
     "cancel": _cancel, "list_runs": _list_runs, "telemetry": _telemetry,
@@ -217,6 +263,9 @@ def self_sha256() -> str:
 
 
 def main() -> int:
+    # Run dirs, specs and logs hold the user's commands and results on a possibly shared
+    # pod: whatever umask sshd handed down, what serve and its workers create is private.
+    os.umask(0o077)
     writer = wire.Writer()
     srv = Server(writer)
     writer.send(wire.make("hello", agent_version=AGENT_VERSION, agent_sha256=self_sha256(),

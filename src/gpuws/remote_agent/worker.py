@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import time
 import traceback
 from typing import Any, Dict, Optional, Set
@@ -68,11 +69,18 @@ def sha256_file(path: str) -> "tuple[int, str]":
     return size, h.hexdigest()
 
 
+#: Disk set aside when a run starts, so its final event still fits when the disk fills up.
+RESERVE_BYTES = 64 * 1024
+
+
 def main(run_id: str) -> int:
+    # Everything the run writes (reports, the workload's own files) is the user's data on
+    # a possibly shared pod: private, whatever umask sshd handed down.
+    os.umask(0o077)
     rdir = runs.run_dir(run_id)
     with open(os.path.join(rdir, "spec.json")) as f:
         spec = json.load(f)
-    log = runs.EventLog(run_id, os.path.join(rdir, "events.ndjson"))
+    log = runs.EventLog(run_id, os.path.join(rdir, "events.ndjson"), reserve=RESERVE_BYTES)
     emit = log.append
 
     def on_term(_sig: int, _frame: Any) -> None:
@@ -85,6 +93,9 @@ def main(run_id: str) -> int:
     emit(wire.make("run_started", spec=spec, run_dir=rdir, pid=os.getpid(),
                    hostname=socket.gethostname()))
     status, error = "ok", None
+    # Tracebacks go to worker.log only after the final event: on a full disk that log
+    # competes for the same space, and the final event matters more.
+    failure = ""
     try:
         from . import tiers  # the tiers pull in more modules; keep startup of `serve` light
 
@@ -98,12 +109,40 @@ def main(run_id: str) -> int:
         # A WorkloadError is already a sentence for people; anything else keeps its type.
         error = str(exc) if getattr(exc, "for_people", False) else "%s: %s" % (
             type(exc).__name__, exc)
-        traceback.print_exc()  # into worker.log, kept with the run
+        failure = traceback.format_exc()
+    if log.write_error is None:
+        try:
+            ctx.announce_artifacts()
+        except OSError:
+            failure += traceback.format_exc()
+    if log.write_error is not None:
+        # The log stopped taking events (disk full, quota, file size limit). The space
+        # reserved at start holds this last event, so the laptop learns why the run ended.
+        log.release_reserve()
+        status = "failed"
+        error = ("the pod could not write the run's event log (%s); every event before "
+                 "this one is kept. Free disk space on the pod and run again"
+                 % log.write_error)
     try:
-        ctx.announce_artifacts()
-    except OSError:
-        traceback.print_exc()
-    emit(wire.make("run_finished", status=status, wall_s=time.time() - start,
-                   exit_code=ctx.exit_code, error=error))
+        emit(wire.make("run_finished", status=status, wall_s=time.time() - start,
+                       exit_code=ctx.exit_code, error=error))
+    except OSError as exc:
+        # Nothing more fits: serve writes the final event once this process is gone, and
+        # quotes worker.log's last line, so leave the reason there.
+        failure += "gpuws worker: cannot write the run's event log: %s\n" % (
+            log.write_error or exc)
+        status = "failed"
     log.close()
+    _log(failure)
     return 0 if status == "ok" else 1
+
+
+def _log(text: str) -> None:
+    """Append to worker.log (stderr), which may itself be on the full disk."""
+    if not text:
+        return
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass

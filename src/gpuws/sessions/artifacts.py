@@ -2,8 +2,8 @@
 
 Each file is written to ``NAME.part`` beside its final place, resumed from the size
 already there after a broken link, and renamed only after its sha256 matches what the
-agent announced. A mismatch keeps the ``.part`` and is reported; the store never marks
-such a file pulled.
+agent announced. A mismatch is reported and its ``.part`` removed (the next pull starts
+again); the store never marks such a file pulled.
 """
 
 from __future__ import annotations
@@ -70,9 +70,18 @@ async def pull_one(client: AgentClient, store: Store, session_id: str, art: Arti
                             ) from exc
     finally:
         os.close(fd)
+    if offset < art.size:
+        # The stream ended early (a link dropped without an error on the way): what is
+        # there is a good prefix; keep it for the next pull to resume from.
+        raise TransferError(f"{art.name}: the transfer stopped at {offset} of {art.size} bytes",
+                            remedy="pull again (`gpuws pull`); it resumes where it stopped")
     digest = _sha256(part)
     if offset != art.size or digest != art.sha256:
-        store.mark_pulled(art.run_id, art.name, part)  # records the mismatch, raises
+        try:
+            store.mark_pulled(art.run_id, art.name, part)  # records the mismatch, raises
+        finally:
+            # A wrong copy is never resumed from: the next pull must start again.
+            part.unlink(missing_ok=True)
     os.replace(part, final)
     store.mark_pulled(art.run_id, art.name, final)
     return PullResult(art.name, final, art.size, time.monotonic() - t0, resumed)

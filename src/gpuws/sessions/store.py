@@ -13,6 +13,7 @@ Schema changes are migrations: ``_MIGRATIONS[i]`` takes the schema from version 
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 import sqlite3
 import time
@@ -226,6 +227,15 @@ class Store:
             ensure_private_dir(path.parent)
         self.path = path
         self._known_runs: set[str] = set()
+        try:
+            # The store holds hostnames, commands and results: create it 0600 ourselves
+            # (sqlite would follow the umask), and SQLite gives its -wal/-shm the same mode.
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            pass  # an existing store is opened as it is
+        except OSError as exc:
+            raise StoreError(f"cannot open {path}: {exc.strerror or exc}",
+                             remedy="set GPUWS_HOME to a writable directory") from exc
         try:
             # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a batch is exactly
             # one transaction and nothing is committed behind our back.

@@ -1,0 +1,72 @@
+"""``runs.follow`` forwards whole lines, many per write, from exactly ``from_seq``."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from gpuws import protocol
+from gpuws.remote_agent import runs, wire
+
+RUN = "follow-batches"
+EVENTS = 12_000  # ~1.6 MB: several of follow's 1 MiB reads, lines torn across them
+
+
+def write_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, finished: bool) -> Path:
+    """A run's log written by the agent's own EventLog (ended by run_finished, or not)."""
+    monkeypatch.setenv("GPUWS_POD_CACHE", str(tmp_path / "pod"))
+    rdir = Path(runs.run_dir(RUN))
+    rdir.mkdir(parents=True, mode=0o700)
+    (rdir / "spec.json").write_text(json.dumps({"workload": "builtin:saxpy"}))
+    events = runs.EventLog(RUN, str(rdir / "events.ndjson"))
+    for i in range(EVENTS):
+        events.append(wire.make("output", stream="stdout", text=f"line {i} " + "x" * 90))
+    if finished:
+        events.append(wire.make("run_finished", status="ok", wall_s=1.0, exit_code=0))
+    events.close()
+    return rdir / "events.ndjson"
+
+
+@pytest.fixture
+def log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return write_log(tmp_path, monkeypatch, finished=True)
+
+
+def follow(from_seq: int, live: bool) -> tuple[list[bytes], int]:
+    writes: list[bytes] = []
+    nxt = runs.follow(RUN, from_seq, writes.append, threading.Event(), follow_live=live)
+    return writes, nxt
+
+
+@pytest.mark.parametrize("from_seq", [0, 1, 5_000, 7_777, EVENTS])
+def test_replay_from_any_seq_is_exactly_the_rest_of_the_log(log: Path, from_seq: int) -> None:
+    lines = log.read_bytes().splitlines(keepends=True)
+    writes, nxt = follow(from_seq, live=True)
+    assert nxt == EVENTS + 1  # stopped at run_finished
+    assert b"".join(writes) == b"".join(lines[from_seq:])
+    assert all(w.endswith(b"\n") for w in writes)  # never a torn line
+    if from_seq == 0:
+        assert 1 < len(writes) <= 3  # a write per 1 MiB read, not one per event
+    first = protocol.decode_event(writes[0].split(b"\n", 1)[0])
+    assert first.seq == from_seq  # type: ignore[union-attr]
+
+
+def test_a_line_still_being_written_is_held_back(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    log = write_log(tmp_path, monkeypatch, finished=False)
+    whole = log.read_bytes()
+    with open(log, "ab") as f:  # the worker is in the middle of its next line
+        f.write(b'{"type":"output","run_id":"follow-batches","seq":12000,"te')
+    writes, nxt = follow(EVENTS - 2, live=False)
+    assert b"".join(writes) == b"".join(whole.splitlines(keepends=True)[EVENTS - 2:])
+    assert nxt == EVENTS
+
+
+def test_from_seq_past_the_end_sends_nothing(log: Path) -> None:
+    writes, nxt = follow(EVENTS + 5, live=False)
+    assert writes == [] and nxt == EVENTS + 1
+    assert os.path.getsize(log) > 1 << 20
