@@ -8,8 +8,8 @@ sha256, and the pod caches it as ``~/.cache/gpuws/agent/<sha>.pyz``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import base64
+import contextlib
 import hashlib
 import io
 import shlex

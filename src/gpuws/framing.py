@@ -78,7 +78,8 @@ def decode_block(block: bytes) -> list[Events | BadLine]:
             and block.count(b"}\n{") == lines - 1):
         try:
             events = _decoder.decode_lines(block)
-        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # see decode_line
+        # The same three errors protocol.decode_event turns into bad lines.
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             pass
         else:
             if len(events) == lines:
@@ -87,25 +88,8 @@ def decode_block(block: bytes) -> list[Events | BadLine]:
     for line in block.split(b"\n")[:-1]:
         line = line.rstrip(b"\r")
         if line.strip():
-            out.append(decode_line(line))
+            out.append(decode_event(line))
     return out
-
-
-def decode_line(line: bytes) -> Events | BadLine:
-    """``decode_event``, with every undecodable line reported as a ``BadLine``.
-
-    msgspec raises other errors than ``DecodeError`` for two kinds of garbage: invalid
-    UTF-8 inside a JSON string (``UnicodeDecodeError``) and a value nested thousands deep
-    (``RecursionError``, say in a Diagnosis's free-form ``details``). Uncaught, either
-    would end the reader and with it the session.
-    """
-    try:
-        return decode_event(line)
-    except (ValueError, RecursionError) as exc:
-        reason = ("nested too deeply to decode" if isinstance(exc, RecursionError)
-                  else f"not valid UTF-8: {exc}")
-        return BadLine(reason, line[:120].decode("utf-8", "replace")
-                       + ("…" if len(line) > 120 else ""), len(line))
 
 
 async def read_lines(reader: ByteReader, initial: bytes = b"",
@@ -156,7 +140,7 @@ async def read_event_batches(reader: ByteReader, initial: bytes = b"",
         if not chunk:
             rest = lines.rest()
             if rest.strip():
-                yield [decode_line(rest)]
+                yield [decode_event(rest)]
             return
         lines.feed(chunk)
 

@@ -493,9 +493,11 @@ def decode_event(line: bytes) -> Events | BadLine:
     except msgspec.DecodeError as exc:
         return BadLine(str(exc), _preview(line), len(line))
     except (UnicodeDecodeError, RecursionError) as exc:
-        # Invalid UTF-8 inside a string, or nesting deep enough to exhaust the stack:
-        # still just a bad line.
-        return BadLine(f"{type(exc).__name__}: {exc}", _preview(line), len(line))
+        # msgspec raises these, not DecodeError, for invalid UTF-8 inside a string and for
+        # a value nested thousands deep; uncaught, either would end the session.
+        reason = ("nested too deeply to decode" if isinstance(exc, RecursionError)
+                  else f"not valid UTF-8: {exc}")
+        return BadLine(reason, _preview(line), len(line))
 
 
 def decode_request(line: bytes) -> Requests:

@@ -25,7 +25,7 @@ from faults.figures import record  # type: ignore[import-not-found]
 from gpuws import protocol
 from gpuws.client import AgentClient
 from gpuws.deploy import DeployResult
-from gpuws.framing import decode_block, decode_line, read_lines
+from gpuws.framing import decode_block, read_lines
 from gpuws.transport.base import RemoteProcess
 from gpuws.transport.local import LocalTransport
 
@@ -207,5 +207,5 @@ blank = st.sampled_from([b"", b" ", b"\t", b"\r"])
 def test_batched_decoding_equals_decoding_each_line(lines: list[bytes]) -> None:
     """decode_block's one-call fast path never changes what a line decodes to."""
     block = b"".join(line + b"\n" for line in lines)
-    expected = [decode_line(ln.rstrip(b"\r")) for ln in lines if ln.rstrip(b"\r").strip()]
+    expected = [protocol.decode_event(ln.rstrip(b"\r")) for ln in lines if ln.rstrip(b"\r").strip()]
     assert decode_block(block) == expected

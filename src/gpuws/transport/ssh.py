@@ -173,6 +173,11 @@ class SSHTransport(Transport):
         # KeyImportError (a locked key file) is a ValueError, not an asyncssh.Error.
         except (TimeoutError, OSError, asyncssh.Error, asyncssh.KeyImportError) as exc:
             raise map_error(exc, t) from exc
+        except (UnicodeError, ValueError) as exc:
+            # asyncssh refuses a user or host name it cannot encode (SASLprep, IDNA).
+            raise ConnectError(f"{t.user}@{t.hostname}: not a usable user/host name ({exc})",
+                               title="Bad destination",
+                               remedy="check the user and host you typed or configured") from exc
         self.info.connect_s = time.monotonic() - t0
         await self._detect_sftp()
 
