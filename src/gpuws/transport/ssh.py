@@ -150,6 +150,9 @@ class SSHTransport(Transport):
             "port": t.port, "username": t.user, "config": [], "known_hosts": ([], [], []),
             "tunnel": tunnel, "connect_timeout": self.connect_timeout,
             "client_factory": lambda: _Client(t, self.accept_new, self.verdict),
+            # An 8 MiB receive window: asyncssh's 2 MiB default made the pod wait a round
+            # trip for window updates (SFTP pull 0.60x scp at 20 ms RTT; 2.35x with this).
+            "window": 8 << 20,
         }
         try:
             addr = socket.gethostbyname(t.hostname)

@@ -1,0 +1,259 @@
+"""Pulling a 256 MiB artifact from a real OpenSSH sshd, beside OpenSSH's ``scp``.
+
+Two servers run on 127.0.0.1: one with an SFTP subsystem (the normal case) and one
+without (files then move through the agent's ``cat`` on an exec channel). The same file
+(a hard link) sits in both pods' run directories. Each repetition pulls it every way, in
+a rotating order so a noisy neighbour hurts every method alike:
+
+- ``gpuws pull_one``: the product's path (``sessions.artifacts.pull_one``): ``.part`` file,
+  fsync, sha256 check, rename, store update;
+- ``gpuws read_file + sha256``: the transport alone, streamed into a file and hashed as
+  it arrives (what scp does, plus the hash);
+- ``scp`` (OpenSSH >= 9 speaks SFTP underneath), ``scp -O`` (the old scp protocol), and on
+  the server without SFTP ``scp -O`` and ``ssh pod cat FILE > copy``.
+
+gpuws pulls over a connection that is already open (as after a run); scp's wall time
+includes its own handshake, so ``ssh pod true`` is measured too and the table shows scp
+with that subtracted as well. ``--rtt-ms`` puts a delay proxy (bench/_sshd.py) between
+every client and the servers. Run it from the repository root::
+
+    python3 bench/pull.py
+    python3 bench/pull.py --rtt-ms 20 --json pull-20ms.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from _sshd import Pod, machine, median, running_pod
+
+from gpuws import protocol
+from gpuws.client import AgentClient
+from gpuws.sessions.artifacts import pull_one
+from gpuws.sessions.store import Store
+from gpuws.transport.ssh import SSHTransport
+
+MB = 1000 * 1000
+NAME = "blob.bin"
+
+
+def make_blob(path: Path, size: int) -> str:
+    """``size`` random bytes at ``path``; returns their sha256."""
+    path.parent.mkdir(parents=True, mode=0o700)
+    h = hashlib.sha256()
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            chunk = os.urandom(min(left, 1 << 24))
+            h.update(chunk)
+            f.write(chunk)
+            left -= len(chunk)
+    return h.hexdigest()
+
+
+def artifact_path(pod: Pod, run_id: str) -> Path:
+    return pod.cache / "runs" / run_id / "artifacts" / NAME
+
+
+class Side:
+    """One pod as the product sees it: an open agent link and the artifact in the store."""
+
+    def __init__(self, pod: Pod, run_id: str, client: AgentClient, store: Store,
+                 size: int, sha: str) -> None:
+        self.pod, self.run_id, self.client, self.store = pod, run_id, client, store
+        self.remote = str(artifact_path(pod, run_id))
+        self.session = store.open_session("pod", "sftp" if client.transport.info.sftp
+                                          else "exec", None, None)
+        store.ingest(self.session, protocol.RunStarted(
+            run_id=run_id, seq=0, ts=time.time(), run_dir=str(Path(self.remote).parent.parent),
+            pid=1, spec=protocol.RunSpec(workload="builtin:saxpy", tiers=[1])))
+        store.ingest(self.session, protocol.Artifact(
+            run_id=run_id, seq=1, ts=time.time(), name=NAME, path=self.remote, size=size,
+            sha256=sha))
+        self.size, self.sha = size, sha
+
+    async def pull_one(self) -> float:
+        art = self.store.artifacts(self.run_id)[0]
+        t0 = time.perf_counter()
+        result = await pull_one(self.client, self.store, self.session, art)
+        elapsed = time.perf_counter() - t0
+        if self.store.artifacts(self.run_id)[0].status != "pulled":
+            raise SystemExit("pull_one did not record the artifact as pulled")
+        result.local_path.unlink()
+        return elapsed
+
+    async def read_file(self, dest: Path, digest: bool = True) -> float:
+        h = hashlib.sha256() if digest else None
+        t0 = time.perf_counter()
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            async for chunk in self.client.transport.read_file(self.remote, 0,
+                                                               self.client.agent_argv()):
+                os.write(fd, chunk)
+                if h is not None:
+                    h.update(chunk)
+        finally:
+            os.close(fd)
+        elapsed = time.perf_counter() - t0
+        if (h.hexdigest() if h is not None else _sha256(dest)) != self.sha:
+            raise SystemExit("read_file delivered different bytes")
+        dest.unlink()
+        return elapsed
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def timed(argv: list[str], dest: Path, size: int, *, stdout: bool = False) -> float:
+    """Run an OpenSSH command that copies the file to ``dest``; wall seconds."""
+    t0 = time.perf_counter()
+    if stdout:
+        with open(dest, "wb") as out:
+            subprocess.run(argv, check=True, stdout=out, stdin=subprocess.DEVNULL)
+    else:
+        subprocess.run(argv, check=True, stdin=subprocess.DEVNULL)
+    elapsed = time.perf_counter() - t0
+    if dest.stat().st_size != size:
+        raise SystemExit(f"{argv[0]} copied {dest.stat().st_size} of {size} bytes")
+    dest.unlink()
+    return elapsed
+
+
+def handshake(pod: Pod, n: int = 5) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run(pod.ssh("true"), check=True, stdin=subprocess.DEVNULL)
+        times.append(time.perf_counter() - t0)
+    return median(times)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    size = args.mib << 20
+    with running_pod(rtt_ms=args.rtt_ms) as sftp_pod, \
+            running_pod("nosftp", rtt_ms=args.rtt_ms) as exec_pod:
+        sha = make_blob(artifact_path(sftp_pod, "bench-pull"), size)
+        other = artifact_path(exec_pod, "bench-pull-x")
+        other.parent.mkdir(parents=True, mode=0o700)
+        os.link(artifact_path(sftp_pod, "bench-pull"), other)  # same bytes, no second copy
+        dest = Path(os.environ["GPUWS_HOME"]).parent / NAME
+
+        store = Store()
+        c1 = await AgentClient.connect(SSHTransport("pod", config_file=str(sftp_pod.config)))
+        c2 = await AgentClient.connect(SSHTransport("pod", config_file=str(exec_pod.config)))
+        if not c1.transport.info.sftp or c2.transport.info.sftp:
+            raise SystemExit("expected one pod with SFTP and one without")
+        a = Side(sftp_pod, "bench-pull", c1, store, size, sha)
+        b = Side(exec_pod, "bench-pull-x", c2, store, size, sha)
+        methods: dict[str, Callable[[], Awaitable[float]]] = {}
+
+        def add(name: str, fn: Callable[[], float]) -> None:
+            async def call() -> float:
+                return fn()
+            methods[name] = call
+
+        methods["sftp: gpuws pull_one"] = a.pull_one
+        methods["sftp: gpuws read_file + sha256"] = lambda: a.read_file(dest)
+        methods["sftp: gpuws read_file"] = lambda: a.read_file(dest, digest=False)
+        add("sftp: scp", lambda: timed(sftp_pod.scp_from(a.remote, str(dest)), dest, size))
+        add("sftp: scp -O", lambda: timed(sftp_pod.scp_from(a.remote, str(dest), "-O"), dest,
+                                          size))
+        methods["exec: gpuws pull_one"] = b.pull_one
+        methods["exec: gpuws read_file + sha256"] = lambda: b.read_file(dest)
+        add("exec: scp -O", lambda: timed(exec_pod.scp_from(b.remote, str(dest), "-O"), dest,
+                                          size))
+        add("exec: ssh pod cat > file", lambda: timed(exec_pod.ssh("cat", b.remote), dest, size,
+                                                       stdout=True))
+        times: dict[str, list[float]] = {name: [] for name in methods}
+        names = list(methods)
+        try:
+            for rep in range(args.reps):
+                shift = rep % len(names)
+                for name in names[shift:] + names[:shift]:
+                    times[name].append(await methods[name]())
+            shakes = {"sftp": handshake(sftp_pod), "exec": handshake(exec_pod)}
+        finally:
+            await c1.close()
+            await c2.close()
+            store.close()
+    med = {name: median(v) for name, v in times.items()}
+
+    def ratio(ours: str, theirs: str, shake: float = 0.0) -> float:
+        return (med[theirs] - shake) / med[ours]
+
+    ratios = {
+        "sftp read_file / scp (minus handshake)": ratio("sftp: gpuws read_file", "sftp: scp",
+                                                        shakes["sftp"]),
+        "sftp read_file+sha256 / scp": ratio("sftp: gpuws read_file + sha256", "sftp: scp"),
+        "sftp read_file+sha256 / scp (minus handshake)": ratio(
+            "sftp: gpuws read_file + sha256", "sftp: scp", shakes["sftp"]),
+        "sftp pull_one / scp": ratio("sftp: gpuws pull_one", "sftp: scp"),
+        "sftp pull_one / scp (minus handshake)": ratio("sftp: gpuws pull_one", "sftp: scp",
+                                                       shakes["sftp"]),
+        "exec read_file+sha256 / scp -O": ratio("exec: gpuws read_file + sha256",
+                                                "exec: scp -O"),
+        "exec read_file+sha256 / scp -O (minus handshake)": ratio(
+            "exec: gpuws read_file + sha256", "exec: scp -O", shakes["exec"]),
+        "exec pull_one / scp -O": ratio("exec: gpuws pull_one", "exec: scp -O"),
+        "exec read_file+sha256 / sftp read_file+sha256": ratio(
+            "exec: gpuws read_file + sha256", "sftp: gpuws read_file + sha256"),
+    }
+    return {"machine": machine(), "rtt_ms": args.rtt_ms, "bytes": size, "reps": args.reps,
+            "median_s": med, "mb_per_s": {k: size / v / MB for k, v in med.items()},
+            "all_s": times, "handshake_s": shakes, "ratios": ratios,
+            "goal_ratio_min": 0.9,
+            "met": ratios["sftp read_file+sha256 / scp (minus handshake)"] >= 0.9}
+
+
+def table(r: dict[str, Any]) -> str:
+    m = r["machine"]
+    lines = [f"{m['cpu']} × {m['nproc']}, Python {m['python']}, "
+             f"{m['openssh'].split(',')[0]}, asyncssh {m['asyncssh']}, "
+             f"load {m['loadavg_at_end']}; "
+             f"RTT {r['rtt_ms']:g} ms added; {r['bytes'] >> 20} MiB, medians of {r['reps']}"]
+    w = max(len(k) for k in r["median_s"])
+    for name, sec in r["median_s"].items():
+        lines.append(f"{name:<{w}}  {sec * 1000:7.0f} ms  {r['mb_per_s'][name]:7.1f} MB/s")
+    lines.append(f"{'ssh pod true (handshake), sftp / exec server':<{w}}  "
+                 f"{r['handshake_s']['sftp'] * 1000:7.0f} ms / "
+                 f"{r['handshake_s']['exec'] * 1000:.0f} ms")
+    w = max(len(k) for k in r["ratios"])
+    for name, value in r["ratios"].items():
+        lines.append(f"{name:<{w}}  {value:5.2f}×")
+    lines.append(f"goal ≥ 0.9× scp (read_file + sha256 vs scp minus handshake): "
+                 f"{'met' if r['met'] else 'NOT met'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--reps", type=int, default=3, help="repetitions of every method")
+    ap.add_argument("--mib", type=int, default=256, help="artifact size in MiB")
+    ap.add_argument("--rtt-ms", type=float, default=0.0,
+                    help="reach the servers through a proxy adding this round-trip time")
+    ap.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
+    args = ap.parse_args(argv)
+    results = asyncio.run(run(args))
+    print(table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
