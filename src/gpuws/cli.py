@@ -24,7 +24,25 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpuws", description="A terminal profiling workstation for rented GPU pods.")
     parser.add_argument("--version", action="version", version=f"gpuws {__version__}")
+    parser.add_argument("-F", dest="ssh_config", metavar="FILE",
+                        help="ssh config file for Home's host list (with no COMMAND)")
+    parser.set_defaults(func=_tui("home"))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("connect", help="open the workstation on a pod (the TUI)")
+    add_connection_args(p)
+    p.add_argument("--rate", type=float, help="the pod's price in USD per hour")
+    p.set_defaults(func=_tui("connect"))
+
+    p = sub.add_parser("replay", help="play a recorded run through the live panes (the TUI)")
+    p.add_argument("source", metavar="FILE|SESSION",
+                   help="a run's events.ndjson, or a session id (or unique prefix)")
+    pace = p.add_mutually_exclusive_group()
+    pace.add_argument("--speed", type=float, default=1.0,
+                      help="play N times faster than recorded (default 1)")
+    pace.add_argument("--instant", action="store_true", help="show everything at once")
+    p.add_argument("--run", help="only this run of the session")
+    p.set_defaults(func=_tui("replay"))
 
     p = sub.add_parser("doctor", help="deploy the agent and show what the pod has")
     add_connection_args(p)
@@ -106,12 +124,19 @@ def _lazy(module: str, name: str) -> Command:
     return run
 
 
+def _tui(name: str) -> Command:
+    async def run(args: argparse.Namespace) -> int:
+        # Textual is imported here, only by the commands that open the TUI.
+        from .tui import entry
+
+        fn: Command = getattr(entry, name)
+        return int(await fn(args))
+    return run
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
     try:
         return int(asyncio.run(args.func(args)))
     except GpuwsError as exc:

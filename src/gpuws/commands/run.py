@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import msgspec
 from rich.table import Table
 from rich.text import Text
 
-from .. import protocol
+from .. import protocol, runspec
 from ..client import AgentClient
 from ..config import load_config
 from ..errors import ConnectError, RunError, UsageError
@@ -76,40 +74,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_spec(args: argparse.Namespace) -> protocol.RunSpec:
-    workload = args.workload
-    file_name = file_b64 = None
-    if workload.startswith("file:"):
-        path = Path(workload[5:]).expanduser()
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise UsageError(f"cannot read the workload file {path}: {exc.strerror}",
-                             remedy="check the path after file:") from exc
-        file_name, file_b64 = path.name, base64.b64encode(data).decode()
-        workload = f"file:{path.name}"
-    elif not workload.startswith(("builtin:", "cmd:")):
-        raise UsageError(f"unknown workload {workload!r}",
-                         remedy="use builtin:NAME, file:PATH or cmd:COMMAND")
-    try:
-        tiers = sorted({int(t) for t in args.tiers.split(",") if t.strip()})
-    except ValueError as exc:
-        raise UsageError(f"bad --tiers {args.tiers!r}", remedy="e.g. --tiers 1,3") from exc
-    env = {}
-    for item in args.env:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"bad --env {item!r}", remedy="use --env KEY=VALUE")
-        env[key] = value
-    return protocol.RunSpec(
-        workload=workload, tiers=tiers, target_ci=args.target_ci, max_seconds=args.max_seconds,
-        min_samples=args.min_samples, warmup=args.warmup, cold=args.cold,
-        kernel_regex=args.kernel_regex, launch_skip=args.launch_skip,
-        launch_count=args.launch_count, ncu_set=args.ncu_set,
-        ncu_sections=args.ncu_sections.split(",") if args.ncu_sections else None,
-        replay_mode=args.replay_mode, clock_control=args.clock_control,
-        cache_control=args.cache_control, ncu_path=args.ncu_path, file_name=file_name,
-        file_b64=file_b64, env=env, timeout_s=args.timeout, install_cupy=args.install_cupy,
-        profile_iters=args.profile_iters)
+    """The run's spec from the command line (shared with the TUI's launcher)."""
+    return runspec.build_spec(runspec.options_from_args(args))
 
 
 class Printer:

@@ -1,0 +1,496 @@
+"""The gpuws Textual app: screens, routing, and the one place worker failures are handled.
+
+Everything that touches SSH or the disk runs as an async worker on the app's loop
+(``workers.py``); workers only post typed messages. Every run event goes through
+:class:`~gpuws.tui.feed.EventFeed` (store first) and is then routed to the run screens
+showing that run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import on
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.worker import Worker, WorkerState
+
+from .. import protocol
+from ..errors import GpuwsError
+from ..locations import gpuws_home
+from ..sessions.cost import Economics
+from . import workers
+from .commands import ActionsProvider
+from .feed import Batch, EventFeed
+from .link import Link, Target, UnknownHostKey
+from .messages import AgentLog, LinkDown, LinkUp, NcuPlanReady, RunEvents, TelemetryTick
+from .screens.connecting import ConnectingScreen
+from .screens.dashboard import DashboardScreen
+from .screens.help import HelpScreen
+from .screens.home import HomeScreen
+from .screens.run import RunScreen
+from .storeio import StoreHandle
+from .telemetry import TelemetryHistory
+
+
+@dataclass(frozen=True)
+class StartHome:
+    """Open on Home."""
+
+
+@dataclass(frozen=True)
+class StartConnect:
+    """Connect to ``target`` right away (``gpuws connect``)."""
+
+    target: Target
+
+
+@dataclass(frozen=True)
+class StartReplay:
+    """Play a recording (``gpuws replay``): an NDJSON file or a stored session.
+
+    ``speed`` divides the recorded gaps; ``None`` plays everything at once.
+    """
+
+    source: str
+    speed: float | None = 1.0
+    run: str | None = None
+
+
+Start = StartHome | StartConnect | StartReplay
+
+
+class GpuwsApp(App[int]):
+    """The workstation.
+
+    Args:
+        start: what to open on.
+        store: the session store (a throwaway one for replaying a file).
+        ssh_config: ``-F FILE`` for Home's host list and typed destinations.
+        export_dir: where exported markdown goes (default ``GPUWS_HOME/exports``).
+        now: the wall clock (tests freeze it).
+        step_clock: the clock connection steps are timed with (tests make it tick evenly).
+    """
+
+    TITLE = "gpuws"
+    CSS_PATH = "app.tcss"
+    COMMANDS = App.COMMANDS | {ActionsProvider}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("question_mark", "help", "Help", show=False),
+        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
+    ]
+
+    def __init__(self, start: Start, *, store: StoreHandle | None = None,
+                 ssh_config: str | None = None, export_dir: Path | None = None,
+                 now: Callable[[], float] = time.time,
+                 step_clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.start = start
+        self.store = store or StoreHandle()
+        self.ssh_config = ssh_config
+        self.export_dir = export_dir
+        self.now = now
+        self.step_clock = step_clock
+        self.feed = EventFeed(self.store, self._deliver, self._store_failed)
+        self.link: Link | None = None
+        self.last_target: Target | None = None
+        self.telemetry = TelemetryHistory()
+        self.run_screens: dict[str, list[RunScreen]] = {}
+        self.pending_baselines: dict[str, str] = {}
+        self.last_run_id: str | None = None
+        self.bad_lines = 0
+        #: Arrival-to-pane latencies in seconds, kept only while ``measure`` is True (bench).
+        self.measure = False
+        self.latencies: list[float] = []
+        self._shut_down = False
+        self._economics_timer: Timer | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def on_mount(self) -> None:
+        self.run_worker(self.feed.run(), group="feed", name="feed", exit_on_error=False,
+                        description="store events, then show them")
+        start = self.start
+        if isinstance(start, StartConnect):
+            self.last_target = start.target
+            self.push_screen(ConnectingScreen(start.target))
+        elif isinstance(start, StartReplay):
+            self._work(workers.replay(self, start), "replay", f"replay {start.source}")
+        else:
+            self.push_screen(HomeScreen())
+
+    async def shutdown(self) -> None:
+        """End the session and close the link and the store (idempotent)."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        link, self.link = self.link, None
+        if link is not None:
+            from .link import close_link
+
+            await close_link(link, self.store)
+        await self.store.close()
+
+    async def action_quit(self) -> None:
+        """Leave gpuws; runs on the pod go on."""
+        await self.shutdown()
+        self.exit(0)
+
+    # ------------------------------------------------------------------ workers
+    def _work(self, coro: Coroutine[Any, Any, Any], group: str, description: str,
+              exclusive: bool = False) -> Worker[Any]:
+        return self.run_worker(coro, group=group, name=group, exclusive=exclusive,
+                               exit_on_error=False, description=description)
+
+    @on(Worker.StateChanged)
+    def _worker_failed(self, event: Worker.StateChanged) -> None:
+        """The one place a failed worker is handled, by its group."""
+        if event.state is not WorkerState.ERROR:
+            return
+        error = event.worker.error
+        if event.worker.group == "connect":
+            screen = self._find(ConnectingScreen)
+            if screen is not None:
+                if isinstance(error, UnknownHostKey):
+                    screen.ask_host_key(error)
+                else:
+                    screen.show_failure(error or RuntimeError("unknown failure"))
+                return
+        self.report_error(error, event.worker.description)
+
+    def report_error(self, error: BaseException | None, doing: str = "") -> None:
+        """Show a failure with its cause and remedy (a notification that stays a while)."""
+        if isinstance(error, GpuwsError):
+            remedy = f"\n→ {error.remedy}" if error.remedy else ""
+            self.notify(error.message + remedy, title=error.title, severity="error", timeout=15)
+        else:
+            where = f" while trying to {doing}" if doing else ""
+            self.notify(f"{type(error).__name__}: {error}{where}", title="Unexpected error",
+                        severity="error", timeout=15)
+
+    def _store_failed(self, error: GpuwsError) -> None:
+        self.report_error(error)
+
+    # ------------------------------------------------------------------ event routing
+    def on_agent_event(self, ev: protocol.Events | protocol.BadLine) -> None:
+        """The agent client's listener: runs on the loop, never blocks."""
+        if isinstance(ev, protocol.BadLine):
+            self.bad_lines += 1
+            if self.bad_lines in (1, 10, 100, 1000):
+                self.notify(f"{self.bad_lines} unreadable line(s) from the agent skipped: "
+                            f"{ev.reason}", severity="warning")
+        elif ev.run_id is not None or isinstance(ev, (protocol.Diagnosis,
+                                                       protocol.ProbeResult)):
+            self.feed.push(ev)
+        elif isinstance(ev, protocol.Telemetry):
+            self.telemetry.add(ev)
+            self._post(DashboardScreen, TelemetryTick())
+        elif isinstance(ev, protocol.Log):
+            self._post(DashboardScreen, AgentLog(ev))
+
+    def _deliver(self, batch: Batch) -> None:
+        by_run: dict[str, tuple[list[protocol.Events], list[float]]] = {}
+        for ev, arrived in zip(batch.events, batch.arrived, strict=True):
+            if ev.run_id is not None:
+                events, times = by_run.setdefault(ev.run_id, ([], []))
+                events.append(ev)
+                times.append(arrived)
+            elif isinstance(ev, protocol.Diagnosis):
+                self.notify(f"{ev.cause}\n→ " + "\n→ ".join(ev.remedies), title=ev.title,
+                            severity="warning", timeout=15)
+        for run_id, (events, times) in by_run.items():
+            self._run_bookkeeping(run_id, events)
+            for screen in self.run_screens.get(run_id, []):
+                screen.post_message(RunEvents(run_id, events, times))
+
+    def _run_bookkeeping(self, run_id: str, events: list[protocol.Events]) -> None:
+        if run_id in self.pending_baselines:
+            base = self.pending_baselines.pop(run_id)
+            self._work(workers.set_baseline_of(self, run_id, base), "store",
+                       f"compare {run_id} with {base}")
+        link = self.link
+        finished = any(isinstance(e, protocol.RunFinished) for e in events)
+        has_artifacts = any(isinstance(e, protocol.Artifact) for e in events)
+        if finished and link is not None and run_id in link.following:
+            self.notify(f"run {run_id} finished", timeout=5)
+            self._work(workers.pull(self, run_id, quiet=not has_artifacts), "pull",
+                       f"pull the artifacts of {run_id}")
+
+    def register_run_screen(self, screen: RunScreen) -> None:
+        """Route the run's events to this screen from now on."""
+        self.run_screens.setdefault(screen.run_id, []).append(screen)
+        self.last_run_id = screen.run_id
+
+    def unregister_run_screen(self, screen: RunScreen) -> None:
+        """Stop routing to a closed screen (events are still stored)."""
+        screens = self.run_screens.get(screen.run_id, [])
+        if screen in screens:
+            screens.remove(screen)
+
+    def note_shown(self, arrived: list[float]) -> None:
+        """Record arrival-to-pane latencies (only while measuring)."""
+        if self.measure:
+            now = self.feed.clock()
+            self.latencies.extend(now - t for t in arrived)
+
+    def _post(self, kind: type[Screen[Any]], message: Any) -> None:
+        screen = self._find(kind)
+        if screen is not None:
+            screen.post_message(message)
+
+    def _find(self, kind: type[Any]) -> Any:
+        for screen in reversed(self.screen_stack):
+            if isinstance(screen, kind):
+                return screen
+        return None
+
+    # ------------------------------------------------------------------ link
+    def connect_to(self, destination: str) -> None:
+        """Connect to what Home was given (an alias, ``user@host[:port]``, ``local``)."""
+        target = Target(destination, ssh_config=self.ssh_config)
+        self.last_target = target
+        self.push_screen(ConnectingScreen(target))
+
+    def start_connect(self, target: Target, screen: ConnectingScreen) -> None:
+        """Run the connection steps (results go to ``screen``)."""
+        self.last_target = target
+        self._work(workers.connect(self, target, screen), "connect",
+                   f"connect to {target.host}", exclusive=True)
+
+    def cancel_connect(self) -> None:
+        """Stop a connection attempt in progress."""
+        self.workers.cancel_group(self, "connect")
+
+    def on_link_up(self, message: LinkUp) -> None:
+        link = self.link = message.link
+        self.feed.set_session(link.session_id)
+        link.client.add_listener(self.on_agent_event)
+        existing = self._find(DashboardScreen)
+        if existing is not None:  # a reconnect: the dashboard (and open runs) stay
+            existing.link_restored(link.probe, link.transport_label)
+            if isinstance(self.screen, ConnectingScreen):
+                self.pop_screen()
+        else:
+            dashboard = DashboardScreen(link.target.host, link.probe, link.transport_label,
+                                        self.telemetry)
+            if isinstance(self.screen, ConnectingScreen):
+                self.switch_screen(dashboard)
+            else:
+                self.push_screen(dashboard)
+        self._work(workers.after_connect(self, link), "link", "start telemetry and ask for ncu")
+        self._work(workers.watch_link(self, link), "watch", "watch the connection")
+        if self._economics_timer is None:
+            self._economics_timer = self.set_interval(1.0, self._economics_tick)
+        for run_id, screens in self.run_screens.items():
+            if any(s.panes.model.finished is None for s in screens):
+                self.attach_to(run_id)
+
+    def on_link_down(self, message: LinkDown) -> None:
+        self.link = None
+        self.notify(f"{message.reason} — runs on the pod go on; R on the dashboard reconnects",
+                    title="Connection lost", severity="error", timeout=20)
+        self._post(DashboardScreen, LinkDown(message.reason))
+
+    def _economics_tick(self) -> None:
+        if self.link is not None:
+            self._work(workers.economics(self, self.link.session_id), "economics",
+                       "compute the session's cost", exclusive=True)
+
+    def on_economics_ready(self, econ: Economics) -> None:
+        """Called by the economics worker."""
+        from .messages import EconomicsTick
+
+        self._post(DashboardScreen, EconomicsTick(econ))
+
+    def can_reach_pod(self) -> bool:
+        """Whether a link is up (cancel, attach and pull need one)."""
+        return self.link is not None and not self.link.client.closed
+
+    def link_label(self) -> str:
+        """``host · transport`` of the link, or ``not connected``."""
+        if self.link is None:
+            return "not connected"
+        return f"{self.link.target.host} · {self.link.transport_label}"
+
+    def on_ncu_plan_ready(self, message: NcuPlanReady) -> None:
+        self._post(DashboardScreen, NcuPlanReady(message.plan))
+
+    # ------------------------------------------------------------------ navigation
+    def go_home(self) -> None:
+        """Back to Home (closing nothing)."""
+        while len(self.screen_stack) > 2 and not isinstance(self.screen, HomeScreen):
+            self.pop_screen()
+        if not isinstance(self.screen, HomeScreen):
+            self.switch_screen(HomeScreen())
+
+    def action_help(self) -> None:
+        """Explain gpuws and the keys of this screen."""
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Help", "What gpuws does, and the keys of this screen",
+                            self.action_help)
+
+    def open_run_screen(self, run_id: str, *, live: bool, backfill: bool = True) -> RunScreen:
+        """Show a run's panes (reusing the screen if it is the current one)."""
+        if isinstance(self.screen, RunScreen) and self.screen.run_id == run_id:
+            return self.screen
+        screen = RunScreen(run_id, live=live, backfill=backfill)
+        self.push_screen(screen)
+        return screen
+
+    def leave_run(self, screen: RunScreen) -> None:
+        """Close a run's screen; the run goes on and its events are still recorded."""
+        if len(self.screen_stack) > 2:
+            self.pop_screen()
+        elif self.link is None:
+            self.notify("this is the only screen; q quits", timeout=4)
+
+    # ------------------------------------------------------------------ actions (palette too)
+    def action_open_sessions(self) -> None:
+        """Every recorded session: replay its runs, export it."""
+        self.open_sessions()
+
+    def open_sessions(self, select: str | None = None) -> None:
+        """Open the sessions screen, optionally on one session."""
+        from .screens.sessions import SessionsScreen
+
+        self.push_screen(SessionsScreen(select))
+
+    def action_new_run(self) -> None:
+        """Choose a workload and tiers, and start a run on the pod."""
+        if not self.can_reach_pod():
+            self.notify("connect to a pod first", severity="warning")
+            return
+        self._work(workers.open_launcher(self), "store", "list baseline candidates")
+
+    def launch_run(self, spec: protocol.RunSpec, baseline: str | None) -> None:
+        """Ask the pod to start ``spec`` (called by the launcher)."""
+        self._work(workers.launch(self, spec, baseline), "run", f"start {spec.workload}")
+
+    def cancel_run(self, run_id: str) -> None:
+        """Cancel a run on the pod."""
+        self._work(workers.cancel(self, run_id), "run", f"cancel {run_id}")
+
+    def action_attach_run(self) -> None:
+        """Pick one of the pod's runs and follow it (fetching what the store lacks)."""
+        if not self.can_reach_pod():
+            self.notify("connect to a pod first", severity="warning")
+            return
+        self._work(workers.pick_run(self), "run", "list the pod's runs")
+
+    def attach_to(self, run_id: str) -> None:
+        """Follow a run from ``store.last_seq + 1`` and show it."""
+        self._work(workers.attach(self, run_id), "run", f"attach to {run_id}")
+
+    def action_results(self) -> None:
+        """Results of the latest run."""
+        if self.last_run_id:
+            self.show_results(self.last_run_id)
+        else:
+            self.notify("no run yet: n starts one", severity="warning")
+
+    def show_results(self, run_id: str) -> None:
+        """Open a run's results."""
+        from .screens.results import ResultsScreen
+
+        self.push_screen(ResultsScreen(run_id))
+
+    def action_artifacts(self) -> None:
+        """Artifacts of the latest run."""
+        if self.last_run_id:
+            self.show_artifacts(self.last_run_id)
+        else:
+            self.notify("no run yet: n starts one", severity="warning")
+
+    def show_artifacts(self, run_id: str) -> None:
+        """Open a run's artifacts."""
+        from .screens.artifacts import ArtifactsScreen
+
+        self.push_screen(ArtifactsScreen(run_id))
+
+    def action_export(self) -> None:
+        """Write the current session as a markdown report."""
+        sid = self.feed.session_id
+        if sid is None:
+            self.notify("no session to export yet", severity="warning")
+        else:
+            self.export_session(sid)
+
+    def export_session(self, session_id: str) -> None:
+        """Write a session as markdown under the export directory."""
+        self._work(workers.export(self, session_id), "export", f"export session {session_id}")
+
+    def exports_dir(self) -> Path:
+        """Where exports are written."""
+        return self.export_dir or gpuws_home() / "exports"
+
+    def action_reconnect(self) -> None:
+        """Connect again to the last pod (open runs are re-attached)."""
+        if self.last_target is None:
+            self.notify("no pod to reconnect to", severity="warning")
+        elif not self.can_reach_pod():
+            self.push_screen(ConnectingScreen(self.last_target))
+
+    def action_disconnect(self) -> None:
+        """Close the connection (runs on the pod go on) and go Home."""
+        self._work(workers.disconnect(self), "link", "disconnect")
+
+    def confirm_ncu_install(self, plan: protocol.NcuPlan) -> None:
+        """Ask, then run the ncu install plan on the pod."""
+        from rich.text import Text
+
+        from .screens.confirm import ConfirmScreen
+
+        body = Text("These commands run on the pod, then ncu is verified with --version "
+                    "and a one-pass smoke profile:\n")
+        for step in plan.install_plan or []:
+            body.append(f"\n$ {' '.join(step)}", "bold")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._work(workers.install_ncu(self), "ncu", "install ncu on the pod")
+
+        self.push_screen(ConfirmScreen(f"Install ncu {plan.install_target_version or ''} on "
+                                       "the pod?", body, "Install"), answered)
+
+    # ------------------------------------------------------------------ store readers
+    def load_home(self, screen: Screen[Any]) -> None:
+        """Read Home's hosts and sessions."""
+        self._work(workers.load_home(self, screen), "store", "read the hosts and sessions")
+
+    def load_sessions(self, screen: Screen[Any], session_id: str | None) -> None:
+        """Read the sessions and one session's runs."""
+        self._work(workers.load_sessions(self, screen, session_id), "sessions",
+                   "read the sessions", exclusive=True)
+
+    def backfill(self, screen: RunScreen) -> None:
+        """Send a run screen what the store already holds for its run."""
+        self._work(workers.backfill(self, screen), "store", f"read run {screen.run_id}")
+
+    def load_results(self, screen: Screen[Any]) -> None:
+        """Read a run's results for the results screen."""
+        self._work(workers.load_results(self, screen), "store", "read the results")
+
+    def load_artifacts(self, screen: Screen[Any]) -> None:
+        """Read a run's artifacts for the artifacts screen."""
+        self._work(workers.load_artifacts(self, screen), "store", "read the artifacts")
+
+    def pull(self, run_id: str) -> None:
+        """Pull a run's artifacts home."""
+        self._work(workers.pull(self, run_id, quiet=False), "pull", f"pull {run_id}")
+
+    def mark_baseline(self, run_id: str) -> None:
+        """Make a run the baseline of its workload."""
+        self._work(workers.mark_baseline(self, run_id), "store", f"mark {run_id} baseline")
+
+    def replay_stored_run(self, run_id: str) -> None:
+        """Show a stored run's panes, filled from the store."""
+        self.open_run_screen(run_id, live=self.link is not None and run_id in self.link.following)

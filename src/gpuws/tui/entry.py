@@ -1,0 +1,49 @@
+"""``gpuws`` (Home), ``gpuws connect`` and ``gpuws replay``: the CLI's doors into the TUI.
+
+Imported only by those commands, so the headless ones never load Textual.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .app import GpuwsApp, Start, StartConnect, StartHome, StartReplay
+from .link import Target
+from .storeio import StoreHandle
+
+
+def make_app(start: Start, *, ssh_config: str | None = None) -> GpuwsApp:
+    """The app for a start mode; a file replay gets a throwaway store."""
+    store = None
+    if isinstance(start, StartReplay) and Path(start.source).expanduser().is_file():
+        store = StoreHandle.throwaway()
+    return GpuwsApp(start, store=store, ssh_config=ssh_config)
+
+
+async def run_app(app: GpuwsApp) -> int:
+    """Run until the person quits; the session is ended and the link closed either way."""
+    try:
+        await app.run_async()
+    finally:
+        await app.shutdown()
+    return app.return_code or 0
+
+
+async def home(args: argparse.Namespace) -> int:
+    """``gpuws`` with no command."""
+    return await run_app(make_app(StartHome(), ssh_config=getattr(args, "ssh_config", None)))
+
+
+async def connect(args: argparse.Namespace) -> int:
+    """``gpuws connect HOST``."""
+    target = Target(args.host, ssh_config=args.ssh_config, port=args.port, user=args.user,
+                    python=args.python, rate=args.rate, accept_new=args.accept_new,
+                    pty=True if getattr(args, "pty", False) else None)
+    return await run_app(make_app(StartConnect(target), ssh_config=args.ssh_config))
+
+
+async def replay(args: argparse.Namespace) -> int:
+    """``gpuws replay FILE|SESSION``."""
+    speed = None if args.instant else args.speed
+    return await run_app(make_app(StartReplay(args.source, speed=speed, run=args.run)))

@@ -1,0 +1,111 @@
+"""The hosts Home offers: ssh-config aliases and pods used before (no Textual here)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import GpuwsError
+from ..sessions.cost import economics
+from ..sessions.store import SessionRow, Store
+
+# ``_read_lines`` is the ssh-config reader the SSH transport resolves hosts with
+# (Include followed, comments dropped); listing aliases must read the same lines.
+from ..transport.sshconfig import _read_lines, resolve
+
+
+@dataclass(frozen=True)
+class HostEntry:
+    """One host on Home.
+
+    Attributes:
+        name: what to connect to (an alias, ``user@host[:port]`` or ``local``).
+        where: ``user@hostname:port`` from the ssh config, or ``""``.
+        in_config: the name is a ``Host`` entry of the ssh config.
+        gpu: the GPU seen on the last connection, if any.
+        last_cost: what the last session there cost (``None``: no rate, or never used).
+        last_used: when the last session there started.
+    """
+
+    name: str
+    where: str
+    in_config: bool
+    gpu: str | None
+    last_cost: float | None
+    last_used: float | None
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """One session as lists show it."""
+
+    row: SessionRow
+    gpu: str | None
+    duration_s: float
+    cost_usd: float | None
+
+
+def config_aliases(config_file: str | None) -> list[str]:
+    """``Host`` names without wildcards or negation, in file order.
+
+    Raises:
+        ConfigError: the file cannot be read.
+    """
+    path = Path(config_file).expanduser() if config_file else Path("~/.ssh/config").expanduser()
+    names: list[str] = []
+    for key, value in _read_lines(path):
+        if key != "host":
+            continue
+        for pattern in shlex.split(value):
+            if not any(c in pattern for c in "*?!") and pattern not in names:
+                names.append(pattern)
+    return names
+
+
+def summarize_sessions(store: Store, limit: int | None = None) -> list[SessionSummary]:
+    """The newest sessions with their GPU, connected time and cost (run on the store thread)."""
+    out = []
+    for row in store.sessions()[:limit]:
+        econ = economics(store, row.id)
+        gpu = row.probe.gpus[0].name if row.probe and row.probe.gpus else None
+        out.append(SessionSummary(row, gpu, econ.connected_s, econ.total_cost_usd))
+    return out
+
+
+def home_hosts(store: Store, config_file: str | None) -> list[HostEntry]:
+    """Config aliases first (in file order), then other hosts used before, newest first.
+
+    Run on the store's thread. An unreadable ssh config leaves only the used hosts.
+    """
+    last: dict[str, SessionSummary] = {}
+    for summary in summarize_sessions(store):
+        if summary.row.transport != "replay":
+            last.setdefault(summary.row.host, summary)  # newest first: keep the first
+    try:
+        aliases = config_aliases(config_file)
+    except GpuwsError:
+        aliases = []
+    entries = [_entry(name, _where(name, config_file), True, last.get(name))
+               for name in aliases]
+    entries += [_entry(name, "", False, s) for name, s in last.items() if name not in aliases]
+    if not any(e.name == "local" for e in entries):
+        entries.append(_entry("local", "", False, None))
+    return entries
+
+
+def _where(alias: str, config_file: str | None) -> str:
+    try:
+        t = resolve(alias, config_file)
+    except GpuwsError:
+        return ""
+    return f"{t.user}@{t.hostname}:{t.port}"
+
+
+def _entry(name: str, where: str, in_config: bool, last: SessionSummary | None) -> HostEntry:
+    if name == "local" and not where:
+        where = "this machine"
+    return HostEntry(name=name, where=where, in_config=in_config,
+                     gpu=last.gpu if last else None,
+                     last_cost=last.cost_usd if last else None,
+                     last_used=last.row.started if last else None)

@@ -1,0 +1,230 @@
+"""What the run panes show, folded from a run's events (no Textual here).
+
+A :class:`RunModel` takes the events of one run in ``seq`` order, live or replayed,
+and keeps the snapshot the panes render: tier states, Tier-1 samples and their running
+statistics, the kernel table, ncu progress, metrics, findings, diagnoses, artifacts.
+A resent event (``seq`` already seen, as after a re-attach) changes nothing, so the
+same events may arrive twice without showing twice.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .. import protocol
+from ..remote_agent.stats import median_ci_ranks, percentile
+
+#: Parts of the model an event can change; panes redraw only the parts that changed.
+Part = str
+#: What each tier is called before it names itself.
+TIER_NAMES = {0: "workload", 1: "CUDA events", 2: "kernel timeline", 3: "Nsight Compute"}
+PARTS: tuple[Part, ...] = ("header", "tiers", "samples", "tier1", "kernels", "ncu", "metrics",
+                           "rules", "static", "diagnoses", "log", "artifacts", "finished")
+
+
+@dataclass
+class TierState:
+    """One tier as the panes show it (``status`` is ``running`` until it finishes)."""
+
+    tier: int
+    name: str
+    started: float
+    status: str = "running"
+    wall_s: float | None = None
+    gpu_s: float | None = None
+    source: str | None = None
+    reason: str = ""
+    argv: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class RunningStats:
+    """Statistics of the samples so far (the final ones come in ``Tier1Result``)."""
+
+    n: int
+    median_ms: float
+    ci_low_ms: float
+    ci_high_ms: float
+    min_ms: float
+    max_ms: float
+    p5_ms: float
+    p95_ms: float
+
+    @property
+    def ci_rel_halfwidth(self) -> float:
+        """Half the CI's width relative to the median (``inf`` for a zero median)."""
+        if self.median_ms <= 0:
+            return math.inf
+        return (self.ci_high_ms - self.ci_low_ms) / 2.0 / self.median_ms
+
+
+@dataclass
+class LogLine:
+    """One line for the log pane."""
+
+    stream: str
+    text: str
+    tier: int | None
+
+
+@dataclass
+class RunModel:
+    """The live snapshot of one run."""
+
+    run_id: str
+    spec: protocol.RunSpec | None = None
+    hostname: str = ""
+    started: float | None = None
+    last_ts: float | None = None
+    last_seq: int = -1
+    tiers: dict[int, TierState] = field(default_factory=dict)
+    samples: list[float] = field(default_factory=list)
+    _sorted: list[float] = field(default_factory=list)
+    _unsorted: list[float] = field(default_factory=list)
+    tier1: protocol.Tier1Result | None = None
+    kernel_table: protocol.KernelTable | None = None
+    ncu: dict[str, protocol.NcuProgress] = field(default_factory=dict)
+    metrics: list[protocol.KernelMetrics] = field(default_factory=list)
+    rules: list[protocol.Rule] = field(default_factory=list)
+    static: list[protocol.StaticAnalysis] = field(default_factory=list)
+    diagnoses: list[protocol.Diagnosis] = field(default_factory=list)
+    artifacts: list[protocol.Artifact] = field(default_factory=list)
+    finished: protocol.RunFinished | None = None
+    event_count: int = 0
+
+    def apply(self, events: list[protocol.Events]) -> tuple[set[Part], list[LogLine]]:
+        """Fold events into the snapshot.
+
+        Returns:
+            The parts that changed, and the log lines the events carried (in order).
+        """
+        changed: set[Part] = set()
+        lines: list[LogLine] = []
+        for ev in events:
+            if ev.run_id != self.run_id or ev.seq is None or ev.seq <= self.last_seq:
+                continue
+            self.last_seq = ev.seq
+            self.last_ts = ev.ts
+            self.event_count += 1
+            changed.add(self._fold(ev, lines))
+        if lines:
+            changed.add("log")
+        return changed, lines
+
+    def _fold(self, ev: protocol.Events, lines: list[LogLine]) -> Part:
+        # One branch per event type; the returned part tells the panes what to redraw.
+        if isinstance(ev, protocol.Samples):
+            self.samples.extend(ev.values_ms)
+            self._unsorted.extend(ev.values_ms)  # sorted in when a pane next asks
+            return "samples"
+        if isinstance(ev, protocol.Output):
+            lines.append(LogLine(ev.stream, ev.text, ev.tier))
+            return "log"
+        if isinstance(ev, protocol.Log):
+            if ev.level != "debug":
+                lines.append(LogLine(ev.level, ev.message, None))
+            return "log"
+        if isinstance(ev, protocol.NcuProgress):
+            self.ncu[ev.kernel] = ev
+            return "ncu"
+        if isinstance(ev, protocol.TierStarted):
+            old = self.tiers.get(ev.tier)
+            # Tier 3 announces itself, then again with the selected ncu and its argv.
+            started = old.started if old is not None and old.status == "running" else ev.ts
+            self.tiers[ev.tier] = TierState(ev.tier, ev.name, started, argv=ev.argv)
+            return "tiers"
+        if isinstance(ev, protocol.TierFinished):
+            state = self.tiers.get(ev.tier) or TierState(
+                ev.tier, TIER_NAMES.get(ev.tier, f"tier {ev.tier}"), ev.ts - ev.wall_s)
+            state.status, state.wall_s, state.gpu_s = ev.status, ev.wall_s, ev.gpu_s
+            state.source, state.reason = ev.source, ev.reason
+            self.tiers[ev.tier] = state
+            return "tiers"
+        return self._fold_result(ev)
+
+    def _fold_result(self, ev: protocol.Events) -> Part:
+        if isinstance(ev, protocol.RunStarted):
+            self.spec, self.hostname, self.started = ev.spec, ev.hostname, ev.ts
+            return "header"
+        if isinstance(ev, protocol.Tier1Result):
+            self.tier1 = ev
+            return "tier1"
+        if isinstance(ev, protocol.KernelTable):
+            self.kernel_table = ev
+            return "kernels"
+        if isinstance(ev, protocol.KernelMetrics):
+            # One column per profiled launch, as the store keys them: a launch measured
+            # again replaces its figures.
+            self.metrics = [m for m in self.metrics
+                            if (m.kernel, m.launch) != (ev.kernel, ev.launch)] + [ev]
+            return "metrics"
+        if isinstance(ev, protocol.RuleFindings):
+            # The latest findings for a kernel replace the ones before them.
+            kernels = {r.kernel for r in ev.rules}
+            self.rules = [r for r in self.rules if r.kernel not in kernels] + list(ev.rules)
+            return "rules"
+        if isinstance(ev, protocol.StaticAnalysis):
+            self.static = [s for s in self.static if s.kernel != ev.kernel] + [ev]
+            return "static"
+        if isinstance(ev, protocol.Diagnosis):
+            self.diagnoses.append(ev)
+            return "diagnoses"
+        if isinstance(ev, protocol.Artifact):
+            self.artifacts = [a for a in self.artifacts if a.name != ev.name] + [ev]
+            return "artifacts"
+        if isinstance(ev, protocol.RunFinished):
+            self.finished = ev
+            for state in self.tiers.values():
+                if state.status == "running":  # cut short: no TierFinished will come
+                    state.status = ev.status
+            return "finished"
+        return "header"
+
+    # ------------------------------------------------------------------ derived views
+    @property
+    def workload(self) -> str:
+        """The workload string, or ``""`` before ``RunStarted``."""
+        return self.spec.workload if self.spec is not None else ""
+
+    @property
+    def status(self) -> str:
+        """``running`` until the run finishes, then its final status."""
+        return self.finished.status if self.finished is not None else "running"
+
+    @property
+    def sorted_samples(self) -> list[float]:
+        """Every sample so far, ascending.
+
+        New samples are merged in only when asked for, so a flood of sample batches
+        costs one merge per repaint, not one insertion per sample (timsort merges the
+        two sorted runs in linear time).
+        """
+        if self._unsorted:
+            self._unsorted.sort()
+            self._sorted.extend(self._unsorted)
+            self._sorted.sort()  # two sorted runs: timsort merges them in one pass
+            self._unsorted = []
+        return self._sorted
+
+    def running_stats(self) -> RunningStats | None:
+        """Median, its 95% CI (binomial order statistics, as Tier 1 computes it), p5/p95."""
+        values = self.sorted_samples
+        n = len(values)
+        if n == 0:
+            return None
+        mid = n // 2
+        median = values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2.0
+        low, high = median_ci_ranks(n)
+        return RunningStats(n=n, median_ms=median, ci_low_ms=values[low - 1],
+                            ci_high_ms=values[high - 1], min_ms=values[0], max_ms=values[-1],
+                            p5_ms=percentile(values, 5.0), p95_ms=percentile(values, 95.0))
+
+    def elapsed(self, now: float | None = None) -> float:
+        """Seconds from the run's start to ``now`` (default: its last event or its end)."""
+        if self.started is None:
+            return 0.0
+        if self.finished is not None:
+            return self.finished.wall_s
+        end = now if now is not None else (self.last_ts or self.started)
+        return max(0.0, end - self.started)

@@ -1,0 +1,166 @@
+"""The pod dashboard: what the pod has, whether it can profile, its telemetry and cost."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Label, Log, Static
+
+from ... import protocol
+from ...sessions.cost import Economics
+from ..link import probe_summary
+from ..messages import AgentLog, EconomicsTick, LinkDown, NcuPlanReady, TelemetryTick
+from ..telemetry import GAUGES, TelemetryHistory
+from ..widgets.cost_ticker import CostTicker
+from ..widgets.counters import CountersPanel
+from ..widgets.ncu_panel import NcuPanel
+from ..widgets.pod_info import PodInfo
+from ..widgets.spark_gauge import SparkGauge
+
+if TYPE_CHECKING:
+    from ..app import GpuwsApp
+
+
+class DashboardScreen(Screen[None]):
+    """GPU(s), driver, CUDA, tools, counters; live telemetry sparklines; the cost ticker."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("n", "app.new_run", "New run"),
+        Binding("a", "app.attach_run", "Attach"),
+        Binding("r", "app.results", "Results"),
+        Binding("f", "app.artifacts", "Artifacts"),
+        Binding("s", "app.open_sessions", "Sessions"),
+        Binding("e", "app.export", "Export"),
+        Binding("i", "install_ncu", "Install ncu", show=False),
+        Binding("R", "app.reconnect", "Reconnect", show=False),
+        Binding("x", "app.disconnect", "Disconnect", show=False),
+        Binding("question_mark", "app.help", "Help"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+    # Narrow terminals stack the two columns.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]  # noqa: RUF012
+    DEFAULT_CSS = """
+    DashboardScreen #columns { height: 1fr; }
+    DashboardScreen #left { width: 1fr; }
+    DashboardScreen #right { width: 1fr; }
+    DashboardScreen.-narrow #columns { layout: vertical; }
+    DashboardScreen.-narrow #left { height: auto; max-height: 45%; }
+    DashboardScreen.-narrow SparkGauge { height: 1; }
+    DashboardScreen.-narrow SparkGauge Sparkline { height: 1; }
+    DashboardScreen.-narrow #agent-log { height: 3; }
+    DashboardScreen.-narrow #right { height: 1fr; }
+    DashboardScreen .title { text-style: bold; background: $boost; padding: 0 1;
+                             margin-top: 1; width: 100%; }
+    DashboardScreen #link-banner { display: none; background: $error 20%; padding: 0 1;
+                                   border-left: thick $error; }
+    DashboardScreen #gauges { height: auto; padding: 0 1; }
+    DashboardScreen #no-telemetry { padding: 0 1; color: $text-muted; }
+    DashboardScreen #agent-log { height: 5; margin: 0 1; }
+    """
+
+    app: GpuwsApp
+
+    def __init__(self, host: str, probe: protocol.Probe, transport: str,
+                 history: TelemetryHistory) -> None:
+        super().__init__()
+        self.host = host
+        self.probe = probe
+        self.transport = transport
+        self.history = history
+        self.plan: protocol.NcuPlan | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="link-banner")
+        with Horizontal(id="columns"):
+            with VerticalScroll(id="left"):
+                yield Label("Pod", classes="title")
+                yield PodInfo(id="pod")
+                yield Label("Performance counters", classes="title")
+                yield CountersPanel(id="counters")
+                yield Label("Nsight Compute", classes="title")
+                yield NcuPanel(id="ncu")
+            with Vertical(id="right"):
+                yield Label("Telemetry (1 Hz)", classes="title")
+                yield Static(Text("waiting for the first sample…", "dim"), id="no-telemetry")
+                with Vertical(id="gauges"):
+                    for gauge in GAUGES:
+                        yield SparkGauge(gauge, 0)
+                yield Label("Cost", classes="title")
+                yield CostTicker(id="cost")
+                yield Label("Agent", classes="title")
+                yield Log(id="agent-log", max_lines=200)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = f"gpuws · {self.host}"
+        self.sub_title = f"{self.probe.hostname} · {self.transport} · {probe_summary(self.probe)}"
+        self.query_one(PodInfo).show(self.probe)
+        self.query_one(CountersPanel).show(self.probe.counters)
+        self.query_one(CostTicker).show(None)
+        self.query_one("#gauges").display = False
+        if not self.probe.gpus:
+            self.query_one("#no-telemetry", Static).update(
+                Text("no GPU on this pod: nothing to sample", "yellow"))
+        self.on_telemetry_tick(TelemetryTick())
+
+    # -- gauges (coalesced messages: each redraws from the history, which keeps every sample)
+    def on_telemetry_tick(self, _: TelemetryTick) -> None:
+        if not self.history.gpus:
+            return
+        self.query_one("#no-telemetry").display = False
+        self.query_one("#gauges").display = True
+        gpu = self.history.gpus[0]
+        for gauge in self.query(SparkGauge):
+            gauge.show(self.history.values(gpu, gauge.gauge.key))
+
+    def on_economics_tick(self, message: EconomicsTick) -> None:
+        self.show_economics(message.econ)
+
+    def show_economics(self, econ: Economics) -> None:
+        """Redraw the cost ticker."""
+        self.query_one(CostTicker).show(econ)
+
+    # -- discrete
+    def on_ncu_plan_ready(self, message: NcuPlanReady) -> None:
+        self.plan = message.plan
+        self.query_one(NcuPanel).show(message.plan)
+        self.refresh_bindings()
+
+    def on_agent_log(self, message: AgentLog) -> None:
+        log = self.query_one("#agent-log", Log)
+        log.write_line(f"{message.log.level}: {message.log.message}")
+        if message.log.message.startswith("telemetry stopped"):
+            self.query_one("#no-telemetry", Static).update(Text(message.log.message, "yellow"))
+
+    def on_link_down(self, message: LinkDown) -> None:
+        banner = self.query_one("#link-banner", Static)
+        banner.update(Text.assemble(("Connection lost: ", "bold"), message.reason,
+                                    " — runs on the pod go on. Press R to reconnect."))
+        banner.display = True
+
+    def link_restored(self, probe: protocol.Probe, transport: str) -> None:
+        """The pod is back: hide the connection-lost banner, show the fresh probe."""
+        self.probe, self.transport = probe, transport
+        self.query_one("#link-banner").display = False
+        self.query_one(PodInfo).show(probe)
+        self.query_one(CountersPanel).show(probe.counters)
+
+    def on_ncu_panel_install_requested(self, message: NcuPanel.InstallRequested) -> None:
+        self.app.confirm_ncu_install(message.plan)
+
+    def action_install_ncu(self) -> None:
+        """Install the ncu the plan proposes (asks first)."""
+        if self.plan is not None:
+            self.app.confirm_ncu_install(self.plan)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "install_ncu":
+            plan = self.plan
+            return bool(plan and plan.install_plan and not plan.selected and not plan.installed)
+        return True

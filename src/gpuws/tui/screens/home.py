@@ -1,0 +1,109 @@
+"""Home: the hosts you can connect to, and the sessions you had."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Input, Label
+
+from .. import fmt
+from ..hosts import HostEntry, SessionSummary
+from ..messages import HomeData
+
+if TYPE_CHECKING:
+    from ..app import GpuwsApp
+
+
+class HomeScreen(Screen[None]):
+    """Pick a host (Enter), or type a destination; recent sessions below."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash,c", "focus_destination", "Type a host"),
+        Binding("s", "app.open_sessions", "Sessions"),
+        Binding("f5", "reload", "Reload", show=False),
+        Binding("question_mark", "app.help", "Help"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+    DEFAULT_CSS = """
+    HomeScreen Vertical { padding: 0 1; }
+    HomeScreen .section { text-style: bold; margin-top: 1; }
+    HomeScreen #dest { margin: 0 0; }
+    HomeScreen #hosts { height: auto; max-height: 12; }
+    HomeScreen #recent { height: 1fr; }
+    """
+
+    app: GpuwsApp
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hosts: list[HostEntry] = []
+        self.recent: list[SessionSummary] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical():
+            yield Label("Connect to", classes="section")
+            yield Input(placeholder="ssh alias, user@host[:port], or local — then Enter",
+                        id="dest")
+            yield Label("Hosts (ssh config and used before) — Enter connects", classes="section")
+            yield DataTable(id="hosts", cursor_type="row", zebra_stripes=True)
+            yield Label("Recent sessions — Enter opens", classes="section")
+            yield DataTable(id="recent", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = "gpuws"
+        self.sub_title = "home"
+        hosts = self.query_one("#hosts", DataTable)
+        # Fixed widths: columns do not jump as rows arrive, and long names are cut, not wrapped.
+        for label, width in (("host", 18), ("where", 30), ("GPU", 16), ("last cost", 9),
+                             ("last used", 16)):
+            hosts.add_column(label, width=width)
+        recent = self.query_one("#recent", DataTable)
+        for label, width in (("session", 12), ("host", 18), ("GPU", 16), ("started", 16),
+                             ("duration", 12), ("runs", 4), ("cost", 8)):
+            recent.add_column(label, width=width)
+        hosts.focus()
+        self.action_reload()
+
+    def action_reload(self) -> None:
+        """Read the hosts and sessions again."""
+        self.app.load_home(self)
+
+    def action_focus_destination(self) -> None:
+        """Put the cursor in the destination box."""
+        self.query_one("#dest", Input).focus()
+
+    def on_home_data(self, message: HomeData) -> None:
+        self.hosts, self.recent = message.hosts, message.sessions
+        hosts = self.query_one("#hosts", DataTable)
+        hosts.clear()
+        for h in message.hosts:
+            mark = Text("● ", "green") if h.in_config else Text("  ")
+            hosts.add_row(mark + Text(h.name, "bold"), h.where, h.gpu or "—",
+                          fmt.usd(h.last_cost), fmt.when(h.last_used), key=h.name)
+        recent = self.query_one("#recent", DataTable)
+        recent.clear()
+        for s in message.sessions:
+            recent.add_row(s.row.id, s.row.host, s.gpu or "—", fmt.when(s.row.started),
+                           fmt.duration(s.duration_s), str(s.row.run_count),
+                           fmt.usd(s.cost_usd), key=s.row.id)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        dest = event.value.strip()
+        if dest:
+            self.app.connect_to(dest)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value
+        if key is None:
+            return
+        if event.data_table.id == "hosts":
+            self.app.connect_to(key)
+        else:
+            self.app.open_sessions(key)

@@ -1,0 +1,255 @@
+"""The run launcher: workload, tiers, Tier 1 and Tier 3 options, a baseline to compare with."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import (
+    Button,
+    Checkbox,
+    Footer,
+    Header,
+    Input,
+    Label,
+    RadioButton,
+    RadioSet,
+    Select,
+    Static,
+)
+
+from ...errors import GpuwsError, UsageError
+from ...kernels.registry import BUILTINS, WorkloadRef, parse_workload
+from ...runspec import LaunchOptions, build_spec
+
+if TYPE_CHECKING:
+    from ..app import GpuwsApp
+
+#: Section sets of Nsight Compute 2025.x (``ncu --list-sets``); blank = the focused default.
+NCU_SETS = ("basic", "detailed", "full", "roofline", "pmsampling", "nvlink")
+REPLAY_MODES = ("kernel", "application", "range", "app-range")
+
+
+class LauncherScreen(Screen[None]):
+    """A form that builds a RunSpec exactly as ``gpuws run`` does (``runspec.build_spec``)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+r", "launch", "Launch", priority=True),
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("question_mark", "app.help", "Help", show=False),
+    ]
+    DEFAULT_CSS = """
+    LauncherScreen VerticalScroll { padding: 0 1; }
+    LauncherScreen .section { text-style: bold; background: $boost; width: 100%;
+                              padding: 0 1; margin-top: 1; }
+    LauncherScreen .row { height: auto; margin-top: 1; }
+    LauncherScreen .row > Label { width: 18; padding: 0 1 0 0; }
+    LauncherScreen .row > Input { width: 1fr; }
+    LauncherScreen .row > Select { width: 1fr; }
+    LauncherScreen .help { color: $text-muted; padding: 0 0 0 18; }
+    LauncherScreen #kind { layout: horizontal; height: auto; width: 100%; }
+    LauncherScreen #builtin-box, LauncherScreen #params { height: auto; }
+    LauncherScreen #tiers { height: auto; margin-top: 1; }
+    LauncherScreen #tiers Checkbox { margin-right: 2; }
+    LauncherScreen #cold { margin-top: 1; }
+    LauncherScreen #tiers Checkbox { width: auto; }
+    LauncherScreen #error { color: $error; padding: 0 1; }
+    LauncherScreen #buttons { height: auto; margin: 1 0; }
+    LauncherScreen #buttons Button { margin-right: 2; }
+    """
+
+    #: Start on the workload kind: arrows choose it, Tab goes on to its fields.
+    AUTO_FOCUS = "#kind"
+
+    app: GpuwsApp
+
+    def __init__(self, baselines: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.baselines = baselines
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll():
+            yield Label("Workload", classes="section")
+            with RadioSet(id="kind") as kind:
+                kind.compact = True
+                yield RadioButton("bundled kernel", value=True, id="kind-builtin")
+                yield RadioButton("Python file", id="kind-file")
+                yield RadioButton("command", id="kind-cmd")
+            with Vertical(id="builtin-box"):
+                with Horizontal(classes="row"):
+                    yield Label("kernel")
+                    yield Select([(f"{b.name} — {b.summary}", b.name) for b in BUILTINS.values()],
+                                 value=next(iter(BUILTINS)), allow_blank=False, id="builtin",
+                                 compact=True)
+                yield Vertical(id="params")
+            with Horizontal(classes="row", id="file-box"):
+                yield Label("file (here)")
+                yield Input(placeholder="bench.py — defines the workload to time", id="file",
+                            compact=True)
+            with Horizontal(classes="row", id="cmd-box"):
+                yield Label("command")
+                yield Input(placeholder="python3 train.py --steps 10", id="cmd", compact=True)
+            yield Label("Tiers", classes="section")
+            with Horizontal(id="tiers"):
+                yield Checkbox("1 CUDA events", True, id="t1", compact=True)
+                yield Checkbox("2 kernel timeline", True, id="t2", compact=True)
+                yield Checkbox("3 Nsight Compute", True, id="t3", compact=True)
+            yield Label("Tier 1 options", classes="section")
+            yield from _row("target CI ±%", Input("1.0", id="target-ci", type="number"))
+            yield from _row("max seconds", Input("10", id="max-seconds", type="number"))
+            yield Checkbox("cold: flush L2 before every sample (default hot)", id="cold",
+                           compact=True)
+            yield Label("Tier 3 options", classes="section")
+            yield from _row("kernel regex", Input(placeholder="default: Tier 2's top kernel",
+                                                  id="kernel-regex"))
+            yield from _row("section set", Select([(s, s) for s in NCU_SETS], id="ncu-set",
+                                                  prompt="focused default sections"))
+            yield from _row("sections", Input(placeholder="e.g. SpeedOfLight,Occupancy",
+                                              id="ncu-sections"))
+            yield from _row("launch skip", Input("0", id="launch-skip", type="integer"))
+            yield from _row("launch count", Input("1", id="launch-count", type="integer"))
+            yield from _row("replay mode", Select([(m, m) for m in REPLAY_MODES],
+                                                  id="replay-mode", prompt="ncu's default"))
+            yield from _row("clock control", Select([("none (clocks as Tier 1 saw them)", "none"),
+                                                     ("base (locked to base clock)", "base")],
+                                                    value="none", allow_blank=False,
+                                                    id="clock-control"))
+            yield Label("Compare with", classes="section")
+            yield from _row("baseline run", Select(self.baselines, id="baseline",
+                                                   prompt="the workload's marked baseline"))
+            yield Static(id="error")
+            with Horizontal(id="buttons"):
+                yield Button("Launch (Ctrl+R)", id="launch", variant="success")
+                yield Button("Back", id="back")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = "gpuws · new run"
+        self.sub_title = self.app.link_label()
+        self._show_kind("builtin")
+        self._show_params(str(self.query_one("#builtin", Select).value))
+
+    @on(RadioSet.Changed, "#kind")
+    def _kind_changed(self, event: RadioSet.Changed) -> None:
+        self._show_kind((event.pressed.id or "kind-builtin").removeprefix("kind-"))
+
+    def _show_kind(self, kind: str) -> None:
+        self.kind = kind
+        self.query_one("#builtin-box").display = kind == "builtin"
+        self.query_one("#file-box").display = kind == "file"
+        self.query_one("#cmd-box").display = kind == "cmd"
+
+    @on(Select.Changed, "#builtin")
+    def _builtin_changed(self, event: Select.Changed) -> None:
+        self._show_params(str(event.value))
+
+    def _show_params(self, name: str) -> None:
+        box = self.query_one("#params", Vertical)
+        box.remove_children()
+        spec = BUILTINS.get(name)
+        if spec is None:
+            return
+        rows: list[Widget] = []
+        for p in spec.params:
+            choices = f" ({'/'.join(p.choices)})" if p.choices else ""
+            rows.append(Horizontal(Label(p.name), Input(str(p.default), id=f"param-{p.name}",
+                                                        tooltip=p.help, compact=True),
+                                   classes="row"))
+            rows.append(Label(f"{p.help}{choices}", classes="help"))
+        box.mount_all(rows)
+
+    def workload(self) -> str:
+        """The workload string the form describes.
+
+        Raises:
+            UsageError: a builtin parameter is invalid, or a field is empty.
+        """
+        if self.kind == "cmd":
+            command = self.query_one("#cmd", Input).value
+            if not command.strip():
+                raise UsageError("type the command to run", remedy="e.g. python3 train.py")
+            return f"cmd:{command}"
+        if self.kind == "file":
+            path = self.query_one("#file", Input).value.strip()
+            if not path:
+                raise UsageError("type the path of the Python file", remedy="e.g. bench.py")
+            return f"file:{path}"
+        name = str(self.query_one("#builtin", Select).value)
+        given = {p.name: self.query_one(f"#param-{p.name}", Input).value.strip()
+                 for p in BUILTINS[name].params}
+        changed = {k: v for k, v in given.items()
+                   if v != str(next(p.default for p in BUILTINS[name].params if p.name == k))}
+        query = "&".join(f"{k}={v}" for k, v in changed.items())
+        try:
+            ref: WorkloadRef = parse_workload(f"builtin:{name}" + (f"?{query}" if query else ""))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        return str(ref)
+
+    def options(self) -> LaunchOptions:
+        """Everything the form says, as ``gpuws run`` would receive it.
+
+        Raises:
+            UsageError: a field does not hold a valid value.
+        """
+        tiers = ",".join(t for t in "123" if self.query_one(f"#t{t}", Checkbox).value)
+        if not tiers:
+            raise UsageError("no tier chosen", remedy="tick at least one tier")
+        return LaunchOptions(
+            workload=self.workload(), tiers=tiers,
+            target_ci=_number(self, "#target-ci", "target CI") / 100.0,
+            max_seconds=_number(self, "#max-seconds", "max seconds"),
+            cold=self.query_one("#cold", Checkbox).value,
+            kernel_regex=self.query_one("#kernel-regex", Input).value.strip() or None,
+            launch_skip=int(_number(self, "#launch-skip", "launch skip")),
+            launch_count=int(_number(self, "#launch-count", "launch count")),
+            ncu_set=_choice(self, "#ncu-set"),
+            ncu_sections=self.query_one("#ncu-sections", Input).value.strip() or None,
+            replay_mode=_choice(self, "#replay-mode"),
+            clock_control=_choice(self, "#clock-control") or "none")
+
+    def action_launch(self) -> None:
+        """Build the spec and ask the pod to start it."""
+        error = self.query_one("#error", Static)
+        try:
+            spec = build_spec(self.options())
+        except GpuwsError as exc:
+            error.update(Text.assemble(("✗ ", "bold"), exc.message,
+                                       (f" — {exc.remedy}" if exc.remedy else "")))
+            return
+        error.update("")
+        self.app.launch_run(spec, _choice(self, "#baseline"))
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        if event.button.id == "launch":
+            self.action_launch()
+        else:
+            self.app.pop_screen()
+
+
+def _row(label: str, widget: Input | Select[str]) -> ComposeResult:
+    widget.compact = True
+    with Horizontal(classes="row"):
+        yield Label(label)
+        yield widget
+
+
+def _number(screen: Screen[None], selector: str, what: str) -> float:
+    text = screen.query_one(selector, Input).value.strip()
+    try:
+        return float(text)
+    except ValueError as exc:
+        raise UsageError(f"{what} must be a number, not {text!r}") from exc
+
+
+def _choice(screen: Screen[None], selector: str) -> str | None:
+    select: Select[str] = screen.query_one(selector, Select)
+    return None if select.is_blank() else str(select.value)

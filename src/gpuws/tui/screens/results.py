@@ -1,0 +1,140 @@
+"""A run's results: metrics by section, findings by speedup, roofline, baseline comparison."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+
+from ...sessions.compare import Comparison
+from .. import fmt
+from ..messages import ResultsData
+from ..results import RunResults
+from ..widgets.banner import DiagnosisBanner
+from ..widgets.metrics_table import MetricsTable
+from ..widgets.roofline import Roofline, ceilings_from, points_from
+from ..widgets.rules import RuleList
+from ..widgets.run_panes import render_static
+
+if TYPE_CHECKING:
+    from ..app import GpuwsApp
+
+
+class ResultsScreen(Screen[None]):
+    """Everything a finished run found, read from the store."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("b", "baseline", "Mark as baseline"),
+        Binding("f", "artifacts", "Artifacts"),
+        Binding("e", "app.export", "Export"),
+        Binding("question_mark", "app.help", "Help"),
+    ]
+    DEFAULT_CSS = """
+    ResultsScreen #summary { height: auto; padding: 0 1; }
+    ResultsScreen #results-tabs { height: 1fr; }
+    ResultsScreen TabPane { height: 1fr; }
+    ResultsScreen .caption { color: $text-muted; padding: 0 1; height: auto; }
+    ResultsScreen #compare { padding: 0 1; }
+    """
+
+    app: GpuwsApp
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.results: RunResults | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(Text("reading the store…", "dim"), id="summary")
+        with TabbedContent(id="results-tabs"):
+            with TabPane("Metrics", id="tab-metrics"):
+                yield MetricsTable(id="metrics")
+            with TabPane("Findings", id="tab-findings"), VerticalScroll():
+                yield VerticalScroll(id="diagnoses")
+                yield RuleList(id="rules")
+            with TabPane("Roofline", id="tab-roofline"):
+                yield Roofline(id="roofline")
+            with TabPane("Compare", id="tab-compare"), VerticalScroll():
+                yield Static(id="compare")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = f"results · {self.run_id}"
+        self.app.load_results(self)
+
+    def on_results_data(self, message: ResultsData) -> None:
+        r = self.results = message.results
+        self.sub_title = f"{r.run.workload} · {r.run.status}"
+        self.query_one("#summary", Static).update(_summary(r))
+        self.query_one(MetricsTable).show(r.metrics)
+        self.query_one(RuleList).show(r.rules)
+        box = self.query_one("#diagnoses", VerticalScroll)
+        box.remove_children()
+        box.mount_all(DiagnosisBanner(d) for d in r.diagnoses)
+        points, notes = points_from(r.tier1, r.metrics)
+        self.query_one(Roofline).show(ceilings_from(r.tier1, r.probe), points, notes)
+        self.query_one("#compare", Static).update(
+            render_comparison(r.comparison) if r.comparison else Text(r.baseline_note, "dim"))
+
+    def action_baseline(self) -> None:
+        """Mark this run as the baseline later runs of its workload are compared with."""
+        self.app.mark_baseline(self.run_id)
+
+    def action_artifacts(self) -> None:
+        """This run's artifacts."""
+        self.app.show_artifacts(self.run_id)
+
+
+def _summary(r: RunResults) -> Text:
+    text = Text()
+    text.append(f"{r.run.workload}", "bold")
+    text.append(f" · {r.run.status} in {fmt.duration(r.run.wall_s)}")
+    if r.run.is_baseline:
+        text.append(" · baseline", "bold magenta")
+    if r.tier1 is not None:
+        s = r.tier1.stats
+        text.append(f"\nTier 1: median {fmt.ms(s.median_ms)} "
+                    f"[{fmt.ms(s.ci_low_ms)}, {fmt.ms(s.ci_high_ms)}] n={s.n}")
+        if r.tier1.gbps is not None:
+            text.append(f" · {r.tier1.gbps:,.0f} GB/s")
+        if r.tier1.tflops is not None:
+            text.append(f" · {r.tier1.tflops:.3g} TFLOP/s")
+    if r.static:
+        text.append("\n")
+        text.append(render_static(r.static))
+    return text
+
+
+def render_comparison(c: Comparison) -> Table | Text:
+    """Tier-1 verdict (speedup, CI, Cliff's δ) and metric deltas per kernel."""
+    table = Table(title=f"{c.run_b} vs baseline {c.run_a}", title_justify="left", expand=True)
+    table.add_column("kernel · metric", ratio=3, overflow="fold")
+    table.add_column("baseline", justify="right")
+    table.add_column("this run", justify="right")
+    table.add_column("Δ", justify="right")
+    if c.tier1 is not None:
+        t = c.tier1
+        style = "dim" if t.within_noise else "bold green" if t.speedup > 1 else "bold red"
+        table.caption = t.verdict
+        table.caption_style = style
+        table.add_row("Tier 1 median", fmt.ms(t.median_a_ms), fmt.ms(t.median_b_ms),
+                      Text(f"{t.speedup:.3f}× [{t.ci_low:.3f}, {t.ci_high:.3f}]", style))
+        table.add_row("Cliff's δ", "", "", f"{t.cliffs_delta:+.2f} ({t.magnitude})")
+    else:
+        table.caption = c.tier1_missing
+    for k in c.kernels:
+        for d in k.metrics:
+            if d.a is None and d.b is None:
+                continue
+            delta = "—" if d.delta_pct is None else f"{d.delta_pct:+.1f}%"
+            table.add_row(f"{k.kernel} #{k.launch} · {d.key}", fmt.metric(d.key, d.a),
+                          fmt.metric(d.key, d.b), delta)
+    return table

@@ -1,0 +1,150 @@
+"""A run, live or replayed: the panes fill as its events are stored.
+
+The screen first shows what the store already holds for the run (a run may have sent
+events before the screen opened, or be a replay), then the events that arrive; the
+model ignores any event it has already seen, so the two never double up.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import Footer, Header, TabbedContent
+
+from ..messages import Backfill, RunEvents
+from ..widgets.run_panes import RunPanes
+
+if TYPE_CHECKING:
+    from ..app import GpuwsApp
+
+_TABS = ("tab-timing", "tab-kernels", "tab-metrics", "tab-findings")
+
+
+class RunScreen(Screen[None]):
+    """The live metric panes of one run.
+
+    Args:
+        run_id: the run.
+        live: the run is followed over a link now (cancel and attach make sense);
+            otherwise it is a replay.
+        backfill: first show what the store holds for the run; a paced replay turns
+            this off and sends every event through the feed instead.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("c", "cancel", "Cancel run"),
+        Binding("escape,d", "detach", "Leave (run goes on)"),
+        Binding("a", "attach", "Re-attach"),
+        Binding("r", "results", "Results"),
+        Binding("f", "artifacts", "Artifacts"),
+        Binding("e", "app.export", "Export"),
+        Binding("1", "tab(0)", "Timing", show=False),
+        Binding("2", "tab(1)", "Kernels", show=False),
+        Binding("3", "tab(2)", "Metrics", show=False),
+        Binding("4", "tab(3)", "Findings", show=False),
+        Binding("question_mark", "app.help", "Help"),
+        Binding("q", "app.quit", "Quit", show=False),
+    ]
+    # Wide terminals put the log beside the tabs instead of under them.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]  # noqa: RUF012
+    DEFAULT_CSS = """
+    RunScreen.-wide RunPanes #body { layout: horizontal; }
+    RunScreen.-wide RunPanes #run-tabs { width: 3fr; }
+    RunScreen.-wide RunPanes #log-pane { width: 2fr; height: 1fr; max-height: 100%;
+                                         border-top: none; border-left: solid $primary 50%; }
+    """
+
+    app: GpuwsApp
+
+    def __init__(self, run_id: str, *, live: bool, backfill: bool = True) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.live = live
+        self._backfilled = not backfill
+        self._held: list[RunEvents] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield RunPanes(self.run_id, id="panes")
+        yield Footer()
+
+    @property
+    def panes(self) -> RunPanes:
+        """The panes (and, through them, the run's model)."""
+        return self.query_one(RunPanes)
+
+    def on_mount(self) -> None:
+        self.title = f"run {self.run_id}"
+        self._update_subtitle()
+        self.app.register_run_screen(self)
+        if not self._backfilled:
+            self.app.backfill(self)
+        if self.live:
+            self.set_interval(1.0, self._tick)
+
+    def on_unmount(self) -> None:
+        self.app.unregister_run_screen(self)
+
+    def on_backfill(self, message: Backfill) -> None:
+        self.panes.apply(message.events)
+        self._backfilled = True
+        held, self._held = self._held, []
+        for batch in held:
+            self.on_run_events(batch)
+        self._update_subtitle()
+
+    def on_run_events(self, message: RunEvents) -> None:
+        if not self._backfilled:
+            self._held.append(message)  # shown after what the store already had
+            return
+        changed = self.panes.apply(message.events)
+        self.app.note_shown(message.arrived)
+        if changed & {"header", "finished"}:
+            self._update_subtitle()
+            self.refresh_bindings()
+
+    def _tick(self) -> None:
+        self.panes.tick(time.time())
+
+    def _update_subtitle(self) -> None:
+        m = self.panes.model
+        host = f" on {m.hostname}" if m.hostname else ""
+        mode = "" if self.live else " · replay"
+        self.sub_title = (f"{m.workload or '…'}{host} · {m.status} · "
+                          f"{m.elapsed():.1f} s{mode}")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        finished = self.panes.model.finished is not None if self.is_mounted else False
+        if action == "cancel":
+            return self.app.can_reach_pod() and not finished
+        if action == "attach":
+            return self.app.can_reach_pod() and not finished
+        return True
+
+    def action_cancel(self) -> None:
+        """Cancel the run on the pod (its whole process group)."""
+        self.app.cancel_run(self.run_id)
+
+    def action_detach(self) -> None:
+        """Leave this screen; the run goes on on the pod and is still recorded."""
+        self.app.leave_run(self)
+
+    def action_attach(self) -> None:
+        """Ask the pod for what the store lacks of this run, and follow it."""
+        self.app.attach_to(self.run_id)
+
+    def action_results(self) -> None:
+        """The run's results: metrics by section, findings, roofline, comparison."""
+        self.app.show_results(self.run_id)
+
+    def action_artifacts(self) -> None:
+        """The run's artifacts and their pull progress."""
+        self.app.show_artifacts(self.run_id)
+
+    def action_tab(self, index: int) -> None:
+        """Switch to the index-th tab."""
+        self.query_one(TabbedContent).active = _TABS[index]

@@ -1,0 +1,132 @@
+"""Sessions: every recorded connection with its cost; open a run to replay it; export."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Label, Static
+
+from .. import fmt
+from ..messages import Exported, SessionsData
+
+if TYPE_CHECKING:
+    from ..app import GpuwsApp
+
+
+class SessionsScreen(Screen[None]):
+    """Sessions above, the selected session's runs below."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("enter", "open_run", "Replay run", show=False),
+        Binding("e", "export", "Export"),
+        Binding("r", "results", "Results"),
+        Binding("f", "artifacts", "Artifacts"),
+        Binding("question_mark", "app.help", "Help"),
+    ]
+    DEFAULT_CSS = """
+    SessionsScreen Vertical { padding: 0 1; }
+    SessionsScreen .section { text-style: bold; margin-top: 1; }
+    SessionsScreen #sessions { height: 1fr; }
+    SessionsScreen #runs { height: 1fr; }
+    SessionsScreen #export-status { height: auto; }
+    """
+
+    app: GpuwsApp
+
+    def __init__(self, select: str | None = None) -> None:
+        super().__init__()
+        self.session_id: str | None = select
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical():
+            yield Label("Sessions — e exports the selected one as markdown", classes="section")
+            yield DataTable(id="sessions", cursor_type="row", zebra_stripes=True)
+            yield Label("Runs of the session — Enter replays, r results, f artifacts",
+                        classes="section")
+            yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+            yield Static(id="export-status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = "gpuws · sessions"
+        # Fixed widths: columns do not jump as rows arrive, and long values are cut.
+        for label, width in (("session", 12), ("host", 18), ("GPU", 16), ("started", 16),
+                             ("duration", 12), ("runs", 4), ("cost", 8)):
+            self.query_one("#sessions", DataTable).add_column(label, width=width)
+        for label, width in (("run", 22), ("workload", 30), ("status", 9), ("started", 16),
+                             ("wall", 10), ("baseline", 24)):
+            self.query_one("#runs", DataTable).add_column(label, width=width)
+        self.app.load_sessions(self, self.session_id)
+
+    def on_sessions_data(self, message: SessionsData) -> None:
+        table = self.query_one("#sessions", DataTable)
+        if table.row_count != len(message.sessions):
+            table.clear()
+            for s in message.sessions:
+                table.add_row(s.row.id, s.row.host, s.gpu or "—", fmt.when(s.row.started),
+                              fmt.duration(s.duration_s), str(s.row.run_count),
+                              fmt.usd(s.cost_usd), key=s.row.id)
+        self.session_id = message.session_id
+        if message.session_id is not None:
+            table.move_cursor(row=table.get_row_index(message.session_id))
+        runs = self.query_one("#runs", DataTable)
+        runs.clear()
+        for r in message.runs:
+            base = "★ baseline" if r.is_baseline else (f"vs {r.baseline_of}" if r.baseline_of
+                                                      else "")
+            runs.add_row(r.run_id, r.workload, r.status, fmt.when(r.started),
+                         fmt.duration(r.wall_s), base, key=r.run_id)
+        count = len(message.sessions)
+        self.sub_title = f"{count} session" + ("" if count == 1 else "s")
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "sessions" and event.row_key.value != self.session_id:
+            self.app.load_sessions(self, event.row_key.value)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "runs" and event.row_key.value:
+            self.app.replay_stored_run(event.row_key.value)
+        elif event.data_table.id == "sessions":
+            self.query_one("#runs", DataTable).focus()
+
+    def _selected_run(self) -> str | None:
+        runs = self.query_one("#runs", DataTable)
+        if runs.row_count == 0:
+            return None
+        key = runs.coordinate_to_cell_key(runs.cursor_coordinate).row_key.value
+        return key
+
+    def action_open_run(self) -> None:
+        """Replay the selected run through the live panes."""
+        run = self._selected_run()
+        if run:
+            self.app.replay_stored_run(run)
+
+    def action_results(self) -> None:
+        """Results of the selected run."""
+        run = self._selected_run()
+        if run:
+            self.app.show_results(run)
+
+    def action_artifacts(self) -> None:
+        """Artifacts of the selected run."""
+        run = self._selected_run()
+        if run:
+            self.app.show_artifacts(run)
+
+    def action_export(self) -> None:
+        """Write the selected session as a markdown report."""
+        if self.session_id:
+            self.app.export_session(self.session_id)
+
+    def on_exported(self, message: Exported) -> None:
+        self.query_one("#export-status", Static).update(
+            Text.assemble(("✓ exported ", "bold green"), f"session {message.session_id} → ",
+                          (message.path, "bold"), f" ({fmt.size(message.size)})"))

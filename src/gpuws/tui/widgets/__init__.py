@@ -1,0 +1,1 @@
+"""One widget per module; each renders a domain snapshot, never a raw dict."""

@@ -1,0 +1,45 @@
+"""What the pod has cost so far: rate, total, idle time, budget."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ...sessions.cost import Economics
+from .. import fmt
+
+
+class CostTicker(Static):
+    """``$3.99/h · $0.42 so far · idle 6 min (55%) · budget $20.00 (2%)``, with warnings."""
+
+    DEFAULT_CSS = """
+    CostTicker { height: auto; padding: 0 1; }
+    """
+
+    def show(self, econ: Economics | None) -> None:
+        """Redraw from the session's economics (``None`` before a session exists)."""
+        if econ is None:
+            self.update(Text("no session yet", "dim"))
+            return
+        text = Text()
+        if econ.rate_usd_per_hour is None:
+            text.append("rate unknown", "yellow")
+            text.append(" (pass --rate or set rate_usd_per_hour in the config)", "dim")
+        else:
+            text.append(f"{fmt.usd(econ.rate_usd_per_hour)}/h", "bold")
+            text.append(" · ")
+            text.append(f"{fmt.usd(econ.total_cost_usd)} so far", "bold green")
+        text.append(f"\nconnected {fmt.duration(econ.connected_s)} · busy "
+                    f"{fmt.duration(econ.busy_s)} · GPU {fmt.duration(econ.gpu_s)}")
+        idle_style = "bold yellow" if econ.idle_warning else ""
+        text.append("\nidle ")
+        text.append(f"{econ.idle_s / 60:.1f} min ({econ.idle_pct:.0f}%)", idle_style)
+        if econ.idle_cost_usd is not None:
+            text.append(f" = {fmt.usd(econ.idle_cost_usd)}", idle_style)
+        if econ.budget_usd is not None:
+            used = (100 * econ.total_cost_usd / econ.budget_usd
+                    if econ.total_cost_usd is not None and econ.budget_usd else 0.0)
+            style = "bold red" if econ.over_budget else "yellow" if econ.budget_warning else ""
+            text.append(" · budget ")
+            text.append(f"{fmt.usd(econ.budget_usd)} ({used:.0f}% used)", style)
+        self.update(text)

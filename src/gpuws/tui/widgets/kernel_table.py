@@ -1,0 +1,49 @@
+"""Tier 2's ranked kernel table: which kernels take the GPU's time."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from ... import protocol
+from .. import fmt
+
+
+class KernelTablePane(DataTable[str | Text]):
+    """Kernels by total GPU time, with calls, mean and share (Tier 3's filter comes from it)."""
+
+    DEFAULT_CSS = """
+    KernelTablePane { height: auto; max-height: 14; }
+    """
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        self.add_column("kernel", key="kernel")
+        for col in ("calls", "total", "mean", "share"):
+            self.add_column(col, key=col)
+
+    def show(self, table: protocol.KernelTable | None) -> None:
+        """Replace the rows with this table's."""
+        self.clear()
+        if table is None:
+            return
+        for i, k in enumerate(table.kernels):
+            self.add_row(Text(k.name, overflow="ellipsis", no_wrap=True),
+                         Text(str(k.calls), justify="right"),
+                         Text(fmt.ms(k.total_ns / 1e6), justify="right"),
+                         Text(fmt.ms(k.mean_ns / 1e6), justify="right"),
+                         Text(f"{k.share_pct:.1f}%", justify="right"), key=str(i))
+
+
+def kernel_table_caption(table: protocol.KernelTable | None) -> str:
+    """Where the table came from and what else Tier 2 saw (idle gaps, memcpy)."""
+    if table is None:
+        return "Tier 2 has not reported kernels yet"
+    parts = [f"source: {table.source}"]
+    if table.gpu_idle_pct is not None:
+        parts.append(f"GPU idle {table.gpu_idle_pct:.1f}%")
+    if table.memcpy_pct is not None:
+        parts.append(f"memcpy {table.memcpy_pct:.1f}%")
+    noun = "kernel" if len(table.kernels) == 1 else "kernels"
+    return f"{len(table.kernels)} {noun} · " + " · ".join(parts)

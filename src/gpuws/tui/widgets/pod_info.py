@@ -1,0 +1,69 @@
+"""The pod at a glance: system, GPUs, driver and CUDA, toolkits, CuPy/torch, nsys."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ... import protocol
+from .. import fmt
+
+
+class PodInfo(Static):
+    """Renders a :class:`~gpuws.protocol.Probe`."""
+
+    DEFAULT_CSS = """
+    PodInfo { height: auto; padding: 0 1; }
+    """
+
+    def show(self, probe: protocol.Probe | None) -> None:
+        """Redraw from the probe (``None``: not probed yet)."""
+        self.update(render_probe(probe) if probe is not None else Text("probing…", "dim"))
+
+
+def render_probe(p: protocol.Probe) -> Text:
+    """The probe as a few labelled lines."""
+    text = Text()
+    where = " · ".join(x for x in (p.hostname, p.os, p.arch) if x)
+    text.append(where, "bold")
+    if p.container:
+        text.append(" · container", "dim")
+    text.append(f"\n{p.user} (uid {p.uid}) · {p.cpu_count or '?'} CPUs · "
+                f"{fmt.size((p.memory_total_mib or 0) * 2**20) if p.memory_total_mib else '?'}"
+                f" RAM · python {p.python_version}")
+    if not p.gpus:
+        text.append("\nno GPU: ", "bold red")
+        text.append(p.gpu_error or "none found")
+    for g in p.gpus:
+        mem = fmt.size(g.memory_total_mib * 2**20) if g.memory_total_mib else "?"
+        cc = f"sm_{g.compute_capability.replace('.', '')}" if g.compute_capability else "sm_?"
+        sms = f" · {g.sm_count} SMs" if g.sm_count else ""
+        text.append(f"\nGPU {g.index} ", "bold")
+        text.append(f"{g.name}", "bold cyan")
+        text.append(f" · {mem} · {cc}{sms}")
+    text.append("\ndriver ", "bold")
+    text.append(f"{p.driver or '—'} · CUDA {p.cuda_driver or '—'}")
+    text.append("\ntoolkits ", "bold")
+    text.append(_tools(p.toolkits, "no CUDA toolkit found"))
+    text.append("\npython ", "bold")
+    text.append(" · ".join(_package(pkg) for pkg in p.python_packages) or "—")
+    text.append("\nnsys ", "bold")
+    text.append(_tools(p.nsys, "not found (Tier 2 falls back to torch.profiler or ncu)"))
+    return text
+
+
+def _tools(installs: list[protocol.ToolInstall], none: str) -> str:
+    if not installs:
+        return none
+    parts = []
+    for t in installs:
+        label = f"{t.version or '?'} ({t.path})"
+        parts.append(f"{label} — {t.error}" if t.error else label)
+    return "; ".join(parts)
+
+
+def _package(pkg: protocol.PyPackage) -> str:
+    if pkg.error or pkg.version is None:
+        return f"{pkg.name}: {pkg.error or 'not installed'}"
+    cuda = f" (CUDA {pkg.cuda})" if pkg.cuda else ""
+    return f"{pkg.name} {pkg.version}{cuda}"

@@ -1,0 +1,52 @@
+"""Nsight Compute's rule findings, biggest estimated speedup first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+
+from ... import protocol
+from .quiet import QuietStatic
+
+#: Order of rule kinds when speedups tie: what to optimise, then warnings, then notes.
+_KIND_ORDER = {"OPT": 0, "WRN": 1, "ERR": 1, "INF": 2}
+_KIND_STYLE = {"OPT": "bold magenta", "WRN": "yellow", "ERR": "red", "INF": "dim"}
+
+
+def sort_rules(rules: Sequence[protocol.Rule]) -> list[protocol.Rule]:
+    """By estimated speedup (largest first), then kind, then as ncu reported them."""
+    indexed = list(enumerate(rules))
+    indexed.sort(key=lambda ir: (-(ir[1].est_speedup_pct or 0.0),
+                                 _KIND_ORDER.get(ir[1].kind, 3), ir[0]))
+    return [r for _, r in indexed]
+
+
+class RuleList(QuietStatic):
+    """Each finding: its estimated speedup, the rule, its kernel, and ncu's advice."""
+
+    DEFAULT_CSS = """
+    RuleList { height: auto; padding: 0 1; }
+    """
+
+    def show(self, rules: Sequence[protocol.Rule]) -> None:
+        """Redraw with these findings (sorted here)."""
+        key = tuple(rules)
+        if key == self._shown_key:
+            return
+        if not rules:
+            self.show_if_changed(key, Text("no rule findings yet", "dim"))
+            return
+        text = Text()
+        for i, r in enumerate(sort_rules(rules)):
+            if i:
+                text.append("\n\n")
+            speedup = (f"▲ {r.est_speedup_pct:.0f}% " if r.est_speedup_pct is not None
+                       else "  ")
+            scope = f" ({r.speedup_type})" if r.speedup_type else ""
+            text.append(speedup, "bold green")
+            text.append(f"{r.rule} ", _KIND_STYLE.get(r.kind, ""))
+            text.append(f"[{r.kind}] ", "dim")
+            text.append(f"{r.kernel}{scope}\n", "cyan")
+            text.append(r.message)
+        self.show_if_changed(key, text)

@@ -1,0 +1,194 @@
+"""The live metric panes of one run; the same code shows a live run and a replay.
+
+``apply(events)`` folds events into the run's :class:`~gpuws.tui.model.RunModel` and
+redraws only the panes whose part of the model changed, once per batch.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.timer import Timer
+from textual.widgets import Label, Log, TabbedContent, TabPane
+
+from ... import protocol
+from .. import fmt
+from ..model import LogLine, RunModel
+from .banner import DiagnosisBanner
+from .kernel_table import KernelTablePane, kernel_table_caption
+from .metrics_table import MetricsTable
+from .ncu_progress import NcuProgressPane
+from .quiet import QuietStatic
+from .rules import RuleList
+from .tier_strip import TierStrip
+from .timing import TimingPane
+
+#: Most redraws per second of the Tier-1 pane while samples stream in.
+TIMING_FPS = 4
+_PREFIX = {0: "run", 1: "T1", 2: "T2", 3: "T3"}
+_STREAM = {"stdout": "out", "stderr": "err", "warning": "wrn", "error": "err"}
+
+
+class RunPanes(Vertical):
+    """Tier strip, diagnosis banners, tabs (timing, kernels, metrics, findings), and the log."""
+
+    DEFAULT_CSS = """
+    RunPanes { height: 1fr; }
+    RunPanes #banners { height: auto; max-height: 9; }
+    RunPanes #body { height: 1fr; }
+    RunPanes #run-tabs { height: 1fr; }
+    RunPanes #log-pane { height: 30%; min-height: 4; max-height: 14;
+                         border-top: solid $primary 50%; }
+    RunPanes #log-title { color: $text-muted; padding: 0 1; height: 1; width: 1fr; }
+    RunPanes #run-log { height: 1fr; scrollbar-size-horizontal: 0; }
+    RunPanes .caption { color: $text-muted; padding: 0 1; height: auto; }
+    """
+
+    def __init__(self, run_id: str, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.model = RunModel(run_id)
+        self._banners_shown = 0
+        self._log_lines = 0
+        self._timing_drawn = 0.0
+        self._timing_timer: Timer | None = None
+        #: What each heavy pane shows now, to skip redrawing the same content.
+        self._shown: dict[str, object] = {"kernels": None, "metrics": []}
+
+    def compose(self) -> ComposeResult:
+        yield TierStrip(id="tiers")
+        yield VerticalScroll(id="banners")
+        with Vertical(id="body"):
+            with TabbedContent(id="run-tabs"):
+                with TabPane("Timing", id="tab-timing"):
+                    yield TimingPane(id="timing")
+                with TabPane("Kernels", id="tab-kernels"), VerticalScroll():
+                    yield QuietStatic(kernel_table_caption(None), id="kernels-caption",
+                                      classes="caption")
+                    yield KernelTablePane(id="kernels")
+                    yield Label("ncu progress", classes="caption")
+                    yield NcuProgressPane(id="ncu")
+                    yield QuietStatic("", id="static", classes="caption")
+                with TabPane("Metrics", id="tab-metrics"):
+                    yield MetricsTable(id="metrics")
+                with TabPane("Findings", id="tab-findings"), VerticalScroll():
+                    yield RuleList(id="rules")
+            with Vertical(id="log-pane"):
+                yield Label("output", id="log-title")
+                yield Log(id="run-log", max_lines=5000)
+
+    def on_mount(self) -> None:
+        self.query_one("#banners").display = False
+        self.query_one(TierStrip).show(self.model)
+        self.query_one(NcuProgressPane).show({})
+        self.query_one(MetricsTable).show([])
+        self.query_one(RuleList).show([])
+
+    def apply(self, events: list[protocol.Events]) -> set[str]:
+        """Fold events into the model and redraw what changed; returns the changed parts."""
+        changed, lines = self.model.apply(events)
+        if not changed:
+            return changed
+        m = self.model
+        if lines:
+            self._write_log(lines)
+        if changed & {"header", "tiers", "finished"}:
+            self.query_one(TierStrip).show(m)
+        if changed & {"samples", "tier1", "header"}:
+            self._timing_soon()
+        table = m.kernel_table
+        table_key = (None if table is None else
+                     (table.source, table.kernels, table.gpu_idle_pct, table.memcpy_pct))
+        if "kernels" in changed and table_key != self._shown["kernels"]:
+            self._shown["kernels"] = table_key
+            self.query_one(KernelTablePane).show(m.kernel_table)
+            self.query_one("#kernels-caption", QuietStatic).show_if_changed(
+                kernel_table_caption(m.kernel_table), kernel_table_caption(m.kernel_table), 1)
+            self._label("tab-kernels", f"Kernels ({len(m.kernel_table.kernels)})"
+                        if m.kernel_table else "Kernels")
+        if "ncu" in changed:
+            self.query_one(NcuProgressPane).show(m.ncu)
+        if "static" in changed:
+            text = render_static(m.static)
+            self.query_one("#static", QuietStatic).show_if_changed(text.plain, text)
+        if "metrics" in changed:
+            key = [(x.kernel, x.launch, x.metrics, x.stalls) for x in m.metrics]
+            if key != self._shown["metrics"]:
+                self._shown["metrics"] = key
+                self.query_one(MetricsTable).show(m.metrics)
+            self._label("tab-metrics", f"Metrics ({len(m.metrics)})")
+        if "rules" in changed:
+            self.query_one(RuleList).show(m.rules)
+            self._label("tab-findings", f"Findings ({len(m.rules)})")
+        if "diagnoses" in changed:
+            self._show_banners()
+        return changed
+
+    def _timing_soon(self) -> None:
+        # The Tier-1 pane is a gauge: under a flood of samples it redraws at most
+        # TIMING_FPS times a second (its statistics need every sample in order), and
+        # once more after the burst, so the last state (the final result) always shows.
+        if self._timing_timer is not None:
+            return
+        wait = self._timing_drawn + 1 / TIMING_FPS - time.monotonic()
+        if wait <= 0:
+            self._draw_timing()
+        else:
+            self._timing_timer = self.set_timer(wait, self._draw_timing)
+
+    def _draw_timing(self) -> None:
+        if self._timing_timer is not None:
+            self._timing_timer.stop()
+            self._timing_timer = None
+        self._timing_drawn = time.monotonic()
+        self.query_one(TimingPane).show(self.model)
+
+    def tick(self, now: float) -> None:
+        """Age the running tiers while the run is live (``now`` in unix seconds)."""
+        if self.model.finished is None and self.model.started is not None:
+            self.query_one(TierStrip).show(self.model, now)
+
+    def _write_log(self, lines: list[LogLine]) -> None:
+        self._log_lines += len(lines)
+        self.query_one("#run-log", Log).write_lines(
+            f"{_source(ln)} {_STREAM.get(ln.stream, ln.stream[:3])}│ {ln.text}" for ln in lines)
+        # The title's size never changes (width 1fr, one line): no layout pass.
+        lines_word = "line" if self._log_lines == 1 else "lines"
+        self.query_one("#log-title", Label).update(f"output · {self._log_lines} {lines_word}",
+                                                  layout=False)
+
+    def _show_banners(self) -> None:
+        new = self.model.diagnoses[self._banners_shown:]
+        self._banners_shown = len(self.model.diagnoses)
+        box = self.query_one("#banners", VerticalScroll)
+        box.mount_all(DiagnosisBanner(d) for d in new)
+        box.display = True
+
+    def _label(self, pane: str, label: str) -> None:
+        if self._shown.get(pane) != label:
+            self._shown[pane] = label
+            self.query_one(TabbedContent).get_tab(pane).label = label
+
+
+def _source(line: LogLine) -> str:
+    if line.stream in ("stdout", "stderr") and line.tier is not None:
+        return _PREFIX.get(line.tier, f"T{line.tier}")
+    return "agent"
+
+
+def render_static(analyses: list[protocol.StaticAnalysis]) -> Text:
+    """Registers, shared and local memory, and the theoretical occupancy they allow."""
+    text = Text()
+    for s in analyses:
+        if text:
+            text.append("\n")
+        text.append("static ", "bold")
+        occ = fmt.pct(s.theoretical_occupancy_pct, 0)
+        regs = "?" if s.registers_per_thread is None else str(s.registers_per_thread)
+        text.append(f"{s.kernel}: {regs} regs/thread · {fmt.size(s.shared_mem_per_block)}"
+                    f" smem/block · {fmt.size(s.local_mem_per_thread)} local/thread · block "
+                    f"{s.block_size or '?'} → theoretical occupancy {occ}"
+                    f" (limited by {s.limiter or '?'}) · {s.source}")
+    return text

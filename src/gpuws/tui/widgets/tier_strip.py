@@ -1,0 +1,71 @@
+"""Per-tier progress: one line per tier, pending, running, or how it ended."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from ..fmt import duration
+from ..model import TIER_NAMES, RunModel, TierState
+from .quiet import QuietStatic
+
+#: Icon and style of each tier status.
+STATUS_LOOK: dict[str, tuple[str, str]] = {
+    "pending": ("○", "dim"),
+    "running": ("●", "bold cyan"),
+    "ok": ("✓", "green"),
+    "fallback": ("↺", "yellow"),
+    "skipped": ("–", "dim"),
+    "failed": ("✗", "bold red"),
+    "cancelled": ("✗", "yellow"),
+}
+
+
+class TierStrip(QuietStatic):
+    """Shows every tier of a run: planned ones as pending, then live state and timing."""
+
+    DEFAULT_CSS = """
+    TierStrip { height: auto; padding: 0 1; }
+    """
+
+    def show(self, model: RunModel, now: float | None = None) -> None:
+        """Redraw from the model; ``now`` (unix seconds) ages running tiers while live."""
+        grid = Table.grid(padding=(0, 1), expand=True)
+        grid.add_column(width=1)
+        grid.add_column(no_wrap=True)
+        grid.add_column(no_wrap=True, justify="right", min_width=9)
+        grid.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
+        planned = list(model.spec.tiers) if model.spec is not None else []
+        for tier in sorted(set(planned) | set(model.tiers)):
+            state = model.tiers.get(tier)
+            if state is None:
+                icon, style = STATUS_LOOK["pending"]
+                status = "pending" if model.finished is None else "not run"
+                grid.add_row(Text(icon, style), Text(f"T{tier} {TIER_NAMES.get(tier, '')}", style),
+                             "", Text(status, "dim"))
+                continue
+            grid.add_row(*_row(state, model, now))
+        if not grid.rows:
+            grid.add_row("", Text("waiting for the run to start…", "dim"), "", "")
+        key = tuple(tuple(str(c) for c in col.cells) for col in grid.columns)
+        self.show_if_changed(key, grid, rows=grid.row_count)
+
+
+def _row(state: TierState, model: RunModel, now: float | None) -> tuple[Text, Text, str, Text]:
+    icon, style = STATUS_LOOK.get(state.status, ("?", ""))
+    name = Text(f"T{state.tier} {state.name}", style if state.status == "running" else "")
+    if state.status == "running":
+        end = now if now is not None else (model.last_ts or state.started)
+        took = duration(max(0.0, end - state.started))
+        detail = Text("running", "cyan")
+    else:
+        took = duration(state.wall_s)
+        detail = Text()
+        detail.append(state.status, style)
+        if state.gpu_s:
+            detail.append(f" · GPU {duration(state.gpu_s)}", "dim")
+        if state.source:
+            detail.append(f" · {state.source}")
+        if state.reason:
+            detail.append(f" — {state.reason}", "dim")
+    return Text(icon, style), name, took, detail

@@ -1,0 +1,303 @@
+"""The app's workers: SSH and store work, each posting typed results when done.
+
+Each function is run by :meth:`GpuwsApp._work` as an async worker on the app's loop,
+so a failure lands in the app's single ``Worker.StateChanged`` handler. None of them
+blocks the loop: SSH is asyncio, and the store runs on its own thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from textual.message import Message
+from textual.screen import Screen
+
+from .. import protocol
+from ..errors import GpuwsError, StoreError
+from ..locations import ensure_private_dir
+from ..sessions.cost import economics as session_economics
+from ..sessions.export import export_session
+from ..sessions.store import Store
+from . import link as linkmod
+from .hosts import home_hosts, summarize_sessions
+from .messages import (
+    ArtifactsData,
+    Backfill,
+    Exported,
+    HomeData,
+    LinkDown,
+    LinkUp,
+    NcuPlanReady,
+    PullDone,
+    PullProgress,
+    ResultsData,
+    SessionsData,
+    StepChanged,
+)
+from .replay import play, read_file, read_session
+from .results import load_results as read_results
+from .screens.artifacts import ArtifactsScreen
+from .screens.sessions import SessionsScreen
+
+if TYPE_CHECKING:
+    from .app import GpuwsApp, StartReplay
+    from .screens.connecting import ConnectingScreen
+    from .screens.run import RunScreen
+
+
+async def connect(app: GpuwsApp, target: linkmod.Target, screen: ConnectingScreen) -> None:
+    """Connect step by step; the screen sees each step, the app gets the link."""
+
+    def on_step(step: str, state: str, seconds: float | None, detail: str) -> None:
+        screen.post_message(StepChanged(step, state, seconds, detail))
+
+    link = await linkmod.open_link(target, app.store, on_step, app.step_clock)
+    app.post_message(LinkUp(link))
+
+
+async def after_connect(app: GpuwsApp, link: linkmod.Link) -> None:
+    """Start 1 Hz telemetry and ask which ncu fits."""
+    await link.client.telemetry(1.0)
+    app.post_message(NcuPlanReady(await link.client.ncu_plan()))
+
+
+async def watch_link(app: GpuwsApp, link: linkmod.Link) -> None:
+    """Tell the app when this link closes by itself."""
+    await link.client.wait_closed()
+    if app.link is link:
+        tail = link.client.stderr_tail[-1] if link.client.stderr_tail else "the link closed"
+        app.post_message(LinkDown(tail))
+
+
+async def disconnect(app: GpuwsApp) -> None:
+    """End the session, close the link, go Home."""
+    link, app.link = app.link, None
+    if link is not None:
+        await linkmod.close_link(link, app.store)
+    app.go_home()
+
+
+async def economics(app: GpuwsApp, session_id: str) -> None:
+    """The session's cost figures, for the ticker."""
+    econ = await app.store.call(lambda s: session_economics(s, session_id, now=app.now()))
+    app.on_economics_ready(econ)
+
+
+async def install_ncu(app: GpuwsApp) -> None:
+    """Run the confirmed install plan and verify it (its steps stream as agent logs)."""
+    link = _link(app)
+    app.notify("installing ncu on the pod… (the steps show in the Agent pane)", timeout=8)
+    plan = await link.client.ncu_plan(install=True)
+    app.post_message(NcuPlanReady(plan))
+    if plan.selected:
+        app.notify(f"ncu {plan.selected_version} is ready: {plan.verified or plan.selected}")
+
+
+async def open_launcher(app: GpuwsApp) -> None:
+    """Open the launcher with the runs that could serve as a baseline."""
+    from .screens.launcher import LauncherScreen
+
+    def candidates(s: Store) -> list[tuple[str, str]]:
+        out = []
+        for sess in s.sessions()[:10]:
+            for r in reversed(s.runs(sess.id)):
+                star = "★ " if r.is_baseline else ""
+                out.append((f"{star}{r.run_id} · {r.workload[:40]} · {r.status}", r.run_id))
+        return out[:30]
+
+    app.push_screen(LauncherScreen(await app.store.call(candidates)))
+
+
+async def launch(app: GpuwsApp, spec: protocol.RunSpec, baseline: str | None) -> None:
+    """Start a run and open its live panes."""
+    link = _link(app)
+    info = await link.client.start_run(spec)
+    link.following.add(info.run_id)
+    if baseline:
+        app.pending_baselines[info.run_id] = baseline
+    app.pop_screen()  # the launcher
+    app.open_run_screen(info.run_id, live=True)
+
+
+async def cancel(app: GpuwsApp, run_id: str) -> None:
+    """Cancel a run on the pod; its RunFinished(cancelled) arrives as an event."""
+    info = await _link(app).client.cancel(run_id)
+    app.notify(f"run {run_id}: {info.status}", timeout=5)
+
+
+async def pick_run(app: GpuwsApp) -> None:
+    """List the pod's runs and attach to the one picked."""
+    from .screens.pick_run import PickRunScreen
+
+    runs = await _link(app).client.list_runs()
+    if not runs:
+        app.notify("the pod holds no runs", timeout=5)
+        return
+
+    def picked(run_id: str | None) -> None:
+        if run_id:
+            app.attach_to(run_id)
+
+    app.push_screen(PickRunScreen(runs), picked)
+
+
+async def attach(app: GpuwsApp, run_id: str) -> None:
+    """Follow a run from after the last event stored, and show it."""
+    link = _link(app)
+    if run_id not in link.following:
+        from_seq = await app.store.call(lambda s: s.last_seq(run_id)) + 1
+        await link.client.attach(run_id, from_seq=from_seq)
+        link.following.add(run_id)
+        app.notify(f"attached to {run_id} from event {from_seq}", timeout=5)
+    if not app.run_screens.get(run_id):
+        app.open_run_screen(run_id, live=True)
+
+
+async def pull(app: GpuwsApp, run_id: str, quiet: bool) -> None:
+    """Pull a run's artifacts home with progress; skipped quietly if there are none."""
+    link = _link(app)
+    rows = await app.store.call(lambda s: s.artifacts(run_id))
+    if not any(r.status != "pulled" for r in rows):
+        if not quiet:
+            app.notify("every artifact of this run is home already", timeout=5)
+        return
+
+    def progress(name: str, done: int, total: int) -> None:
+        _post_to_screens(app, ArtifactsScreen, lambda: PullProgress(run_id, name, done, total))
+
+    try:
+        results = await linkmod.pull_artifacts(link, app.store, run_id, progress)
+    except GpuwsError as exc:
+        message = exc.message
+        _post_to_screens(app, ArtifactsScreen, lambda: PullDone(run_id, [], message))
+        raise
+    _post_to_screens(app, ArtifactsScreen,
+                     lambda: PullDone(run_id, [r.name for r in results]))
+    if results:
+        names = ", ".join(f"{r.name} → {r.local_path}" for r in results)
+        app.notify(f"pulled {names}", title="Artifacts home", timeout=10)
+
+
+async def export(app: GpuwsApp, session_id: str) -> None:
+    """Write the session as markdown (atomically) and say where."""
+    text = await app.store.call(lambda s: export_session(s, session_id, now=app.now()))
+    path = app.exports_dir() / f"gpuws-session-{session_id}.md"
+    await asyncio.to_thread(_write_atomic, path, text)
+    app.notify(f"{path} ({len(text)} bytes)", title="Session exported", timeout=15)
+    _post_to_screens(app, SessionsScreen, lambda: Exported(session_id, str(path), len(text)))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    ensure_private_dir(path.parent)  # reports name hosts and commands
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)  # never leave a half-written report behind
+
+
+async def set_baseline_of(app: GpuwsApp, run_id: str, baseline: str) -> None:
+    """Compare ``run_id`` with the baseline the launcher chose."""
+    await app.store.call(lambda s: s.set_baseline_of(run_id, s.run(baseline).run_id))
+
+
+async def mark_baseline(app: GpuwsApp, run_id: str) -> None:
+    """Make the run its workload's baseline."""
+    await app.store.call(lambda s: s.set_baseline(run_id))
+    app.notify(f"{run_id} is now the baseline for its workload", timeout=6)
+
+
+# ---------------------------------------------------------------------- store readers
+async def load_home(app: GpuwsApp, screen: Screen[Any]) -> None:
+    """Home's hosts (ssh config + used before) and recent sessions."""
+    config = app.ssh_config
+
+    def read(s: Store) -> HomeData:
+        return HomeData(home_hosts(s, config), summarize_sessions(s, 10))
+
+    screen.post_message(await app.store.call(read))
+
+
+async def load_sessions(app: GpuwsApp, screen: Screen[Any], session_id: str | None) -> None:
+    """Every session, and the runs of the selected (or newest) one."""
+
+    def read(s: Store) -> SessionsData:
+        sessions = summarize_sessions(s)
+        sid = s.session(session_id).id if session_id else (sessions[0].row.id
+                                                            if sessions else None)
+        return SessionsData(sessions, sid, s.runs(sid) if sid else [])
+
+    screen.post_message(await app.store.call(read))
+
+
+async def backfill(app: GpuwsApp, screen: RunScreen) -> None:
+    """What the store holds of a run, for its newly opened screen."""
+    run_id = screen.run_id
+    events = await app.store.call(lambda s: s.events(run_id))
+    screen.post_message(Backfill(run_id, events))
+
+
+async def load_results(app: GpuwsApp, screen: Screen[Any]) -> None:
+    """A run's results."""
+    run_id: str = screen.run_id  # type: ignore[attr-defined]
+    screen.post_message(ResultsData(await app.store.call(lambda s: read_results(s, run_id))))
+
+
+async def load_artifacts(app: GpuwsApp, screen: Screen[Any]) -> None:
+    """A run's artifacts."""
+    run_id: str = screen.run_id  # type: ignore[attr-defined]
+    rows = await app.store.call(lambda s: s.artifacts(s.run(run_id).run_id))
+    screen.post_message(ArtifactsData(run_id, rows))
+
+
+# ---------------------------------------------------------------------- replay
+async def replay(app: GpuwsApp, start: StartReplay) -> None:
+    """Play a recording through the feed (store first), opening each run's panes."""
+    path = Path(start.source).expanduser()
+    if path.is_file():
+        if not app.store.is_throwaway:
+            raise StoreError("a file replay needs a throwaway store",
+                             remedy="start it with `gpuws replay FILE`")
+        rec = await asyncio.to_thread(read_file, path)
+        first, last = rec.events[0].ts, rec.events[-1].ts
+        session_id = await app.store.call(
+            lambda s: s.open_session(f"replay of {path.name}", "replay", None, None,
+                                     started=first))
+    else:
+        session_id, rec = await app.store.call(lambda s: read_session(s, start.source,
+                                                                      start.run))
+        last = None
+    if rec.bad_lines:
+        app.notify(f"{len(rec.bad_lines)} unreadable line(s) skipped: {rec.bad_lines[0].reason}",
+                   severity="warning")
+    app.feed.set_session(session_id)
+
+    async def open_run(run_id: str) -> None:
+        from .screens.run import RunScreen
+
+        # Awaited until mounted: the run's first events must find its screen registered.
+        await app.push_screen(RunScreen(run_id, live=False, backfill=False))
+
+    await play(rec.events, app.feed.push, speed=start.speed, on_run=open_run)
+    await app.feed.drained()
+    if last is not None:
+        await app.store.call(lambda s: s.end_session(session_id, ended=last))
+    app.notify(f"replay of {rec.label} finished: {len(rec.events)} events", timeout=6)
+
+
+# ---------------------------------------------------------------------- helpers
+def _link(app: GpuwsApp) -> linkmod.Link:
+    if app.link is None or app.link.client.closed:
+        raise GpuwsError("not connected to a pod", title="Not connected",
+                         remedy="connect first (R on the dashboard reconnects)")
+    return app.link
+
+
+def _post_to_screens(app: GpuwsApp, kind: type[Screen[Any]],
+                     make: Callable[[], Message]) -> None:
+    for screen in app.screen_stack:
+        if isinstance(screen, kind):
+            screen.post_message(make())
+
