@@ -8,6 +8,7 @@ traceback on the screen at any point (during the run or after exit), and exit st
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -91,7 +92,15 @@ def test_connect_run_export_quit_in_a_real_terminal(tmux: Tmux, ssh_config: Path
     tmux.keys("Down", "Down", "Enter")
     time.sleep(0.3)
     tmux.keys("Tab")
-    tmux.keys("-l", "echo hello-from-pod")
+    # Keys sent before the focus has moved land elsewhere (seen on a loaded CI machine:
+    # the box read "cho hello-from-pod"). Clear and type again until the box has it all.
+    for _ in range(5):
+        tmux.keys("-l", "echo hello-from-pod")
+        screen = tmux.wait_for("hello-from-pod")
+        if re.search(r"command\s+echo hello-from-pod", screen):
+            break
+        tmux.keys("C-u")
+        time.sleep(0.5)
     tmux.wait_for("echo hello-from-pod")
     tmux.keys("C-r")
     tmux.wait_for("run out│ hello-from-pod")
