@@ -21,21 +21,29 @@ SMOKE = ("import cupy; x = cupy.arange(1 << 20, dtype=cupy.float32); "
          "(x * 2).sum(); cupy.cuda.runtime.deviceSynchronize()")
 
 
-def current_plan(exclude: Optional[List[str]] = None) -> Dict[str, Any]:
-    from .gpuinfo import list_gpus
+def plan_for(installs: List[Dict[str, Any]], driver: Optional[str], cc: Optional[str],
+             cuda_driver: Optional[str], exclude: List[str]) -> Dict[str, Any]:
+    """``select_ncu`` with this pod's OS, user and home filled in."""
     from .ncu_select import select_ncu
-    from .tools import ncu_installs
 
-    gpus, driver, cuda_driver, _source, _error = list_gpus()
-    cc = gpus[0].get("compute_capability") if gpus else None
     try:
         with open("/etc/os-release") as f:
             os_release: Optional[str] = f.read()
     except OSError:
         os_release = None
-    return select_ncu(ncu_installs(), driver, cc, exclude or [], cuda_driver=cuda_driver,
+    return select_ncu(installs, driver, cc, exclude, cuda_driver=cuda_driver,
                       os_release=os_release, is_root=os.getuid() == 0,
                       home=os.path.expanduser("~"))
+
+
+def current_plan(exclude: Optional[List[str]] = None) -> Dict[str, Any]:
+    """The plan from a fresh look at the GPUs and the installed ncus."""
+    from .gpuinfo import list_gpus
+    from .tools import ncu_installs
+
+    gpus, driver, cuda_driver, _source, _error = list_gpus()
+    cc = gpus[0].get("compute_capability") if gpus else None
+    return plan_for(ncu_installs(), driver, cc, cuda_driver, exclude or [])
 
 
 def _stream(argv: List[str], send: Send, req: Optional[int]) -> int:

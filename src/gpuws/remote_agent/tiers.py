@@ -63,16 +63,10 @@ class Pod:
         return None
 
     def select_ncu(self, exclude: List[str]) -> Dict[str, Any]:
-        from .ncu_select import select_ncu
+        from .ncu_provision import plan_for
 
-        try:
-            with open("/etc/os-release") as f:
-                os_release: Optional[str] = f.read()
-        except OSError:
-            os_release = None
-        return select_ncu(list(self.facts.get("ncu") or []), self.driver, self.cc, exclude,
-                          cuda_driver=self.facts.get("cuda_driver"), os_release=os_release,
-                          is_root=os.getuid() == 0, home=os.path.expanduser("~"))
+        return plan_for(list(self.facts.get("ncu") or []), self.driver, self.cc,
+                        self.facts.get("cuda_driver"), exclude)
 
 
 def execute(ctx: "RunContext") -> None:
@@ -245,14 +239,17 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
     """
     t0 = time.time()
     tried: List[str] = []
+    ran = False  # whether some path ran a command (and so announced the tier itself)
     nsys = pod.nsys()
     if nsys:
+        ran = True
         found = tier2_nsys(ctx, nsys, target, python, tried)
         if found is not None:
             return finish_tier2(ctx, t0, found[0], "nsys", tried, found[1])
     else:
         tried.append("nsys: not installed on the pod")
     if python and torch_argv and importlib.util.find_spec("torch") is not None:
+        ran = True
         ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline (torch.profiler)",
                            argv=torch_argv))
         rows = capture_kernel_table(ctx, torch_argv)
@@ -263,15 +260,14 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
         tried.append("torch.profiler: torch is not installed")
     sel = pod.select_ncu([])
     if sel.get("selected") and pod.counters.get("verdict") != "blocked":
+        ran = True
         rows = tier2_ncu(ctx, str(sel["selected"]), target, python, tried)
         if rows is not None:
             return finish_tier2(ctx, t0, rows, "ncu gpu__time_duration", tried)
     else:
         tried.append("ncu: " + ("counters are blocked" if sel.get("selected")
                                 else "no compatible ncu"))
-    if not any(t.startswith(("nsys: no report", "nsys stats", "torch.profiler: produced",
-                             "ncu pass"))
-               for t in tried):
+    if not ran:
         ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline"))
     ctx.emit(wire.make("diagnosis", code="no_timeline", severity="warning",
                        title="No kernel timeline", cause="; ".join(tried),
