@@ -8,7 +8,6 @@ again); the store never marks such a file pulled.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Callable
@@ -31,14 +30,6 @@ class PullResult:
     size: int
     seconds: float
     resumed_from: int
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 async def pull_one(client: AgentClient, store: Store, session_id: str, art: ArtifactRow,
@@ -75,15 +66,14 @@ async def pull_one(client: AgentClient, store: Store, session_id: str, art: Arti
         # there is a good prefix; keep it for the next pull to resume from.
         raise TransferError(f"{art.name}: the transfer stopped at {offset} of {art.size} bytes",
                             remedy="pull again (`gpuws pull`); it resumes where it stopped")
-    digest = _sha256(part)
-    if offset != art.size or digest != art.sha256:
-        try:
-            store.mark_pulled(art.run_id, art.name, part)  # records the mismatch, raises
-        finally:
-            # A wrong copy is never resumed from: the next pull must start again.
-            part.unlink(missing_ok=True)
-    os.replace(part, final)
-    store.mark_pulled(art.run_id, art.name, final)
+    try:
+        # Checks the sha256 and size, then renames the .part into place; a mismatch is
+        # recorded and raised.
+        store.mark_pulled(art.run_id, art.name, part, move_to=final)
+    except TransferError:
+        # A wrong copy is never resumed from: the next pull must start again.
+        part.unlink(missing_ok=True)
+        raise
     return PullResult(art.name, final, art.size, time.monotonic() - t0, resumed)
 
 

@@ -598,8 +598,12 @@ class Store:
             _upsert_artifact(cur, run_id, name, remote_path, size, sha256)
 
     def mark_pulled(self, run_id: str, name: str, local_path: Path | str,
-                    pulled_at: float | None = None) -> None:
+                    pulled_at: float | None = None, move_to: Path | None = None) -> None:
         """Record that an artifact's copy is at ``local_path``, after checking its sha256.
+
+        With ``move_to``, the checked file (a ``.part``) is renamed there first and that is
+        the path recorded: the rename happens only after the sha256 matched, and the file
+        is read once.
 
         Raises:
             StoreError: the artifact is unknown.
@@ -625,6 +629,9 @@ class Store:
                 f"{name}: the pulled copy {local} has sha256 {actual} ({actual_size} bytes) but "
                 f"the pod reported {expected} ({size} bytes)",
                 remedy="pull it again; if it keeps differing the file changed on the pod")
+        if move_to is not None:
+            os.replace(local, move_to)
+            local = move_to
         with self._transaction() as cur:
             cur.execute("UPDATE artifacts SET status = 'pulled', local_path = ?, pulled_at = ?"
                         " WHERE run_id = ? AND name = ?",
