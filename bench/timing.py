@@ -7,7 +7,9 @@ samples and the wall time each tool needed to answer, prints a table and writes 
     PYTHONPATH=src python3 bench/timing.py --out timing.json
     PYTHONPATH=src python3 bench/timing.py --out all.json --workloads all --max-seconds 3
 
-gpuws runs hot (back to back) and cold (L2 flushed before each sample). ``do_bench``
+gpuws runs in its default mode (``auto``: cold for calls ≥ 10 µs — L2 flushed clean and
+1 ms of GPU idle before each sample, the conditions ncu measures in — and hot in batches
+below) and hot (back to back). ``do_bench``
 clears its own 256 MiB cache buffer before every repetition, so it sits near cold;
 ``cupyx.profiler.benchmark`` runs back to back with a sync per repetition (hot). Each
 workload's ``check()`` (relative error against a float64/float32 reference) is recorded
@@ -47,7 +49,7 @@ def spread(times_ms: Sequence[float]) -> dict[str, float]:
             "stdev_rel": stdev / med if med else 0.0, "n": float(len(values))}
 
 
-def bench_gpuws(w: Workload, *, cold: bool, target_ci: float, max_seconds: float,
+def bench_gpuws(w: Workload, *, mode: str, target_ci: float, max_seconds: float,
                 peaks: dict[str, Any]) -> dict[str, Any]:
     """Tier 1 as the agent runs it; the samples come from the emitted events."""
     samples: list[float] = []
@@ -58,10 +60,10 @@ def bench_gpuws(w: Workload, *, cold: bool, target_ci: float, max_seconds: float
 
     t0 = time.perf_counter()
     result = run_tier1(w, emit=emit, target_ci=target_ci, max_seconds=max_seconds,
-                       min_samples=10, warmup=5, cold=cold, peaks=peaks)
+                       min_samples=10, warmup=5, mode=mode, peaks=peaks)
     wall = time.perf_counter() - t0
     row: dict[str, Any] = dict(spread(samples))
-    row.update(tool=f"gpuws {'cold' if cold else 'hot'}", wall_s=wall,
+    row.update(tool=f"gpuws {mode}", mode=result["mode"], wall_s=wall,
                batch=result["batch"], stop_reason=result["stop_reason"],
                ci_rel_halfwidth=result["stats"]["ci_rel_halfwidth"],
                gbps=result["gbps"], tflops=result["tflops"],
@@ -119,10 +121,10 @@ def run_case(text: str, args: argparse.Namespace, peaks: dict[str, Any]) -> dict
                         "local": sk.kernel.local_size_bytes})
     case["static_kernels"] = kernels
     tools: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-        ("gpuws hot", lambda: bench_gpuws(w, cold=False, target_ci=args.target_ci,
-                                          max_seconds=args.max_seconds, peaks=peaks)),
-        ("gpuws cold", lambda: bench_gpuws(w, cold=True, target_ci=args.target_ci,
+        ("gpuws auto", lambda: bench_gpuws(w, mode="auto", target_ci=args.target_ci,
                                            max_seconds=args.max_seconds, peaks=peaks)),
+        ("gpuws hot", lambda: bench_gpuws(w, mode="hot", target_ci=args.target_ci,
+                                          max_seconds=args.max_seconds, peaks=peaks)),
     ]
     if not args.gpuws_only:
         tools += [("triton do_bench", lambda: bench_do_bench(w)),

@@ -58,6 +58,9 @@ class RunSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_seconds: float = 10.0
     min_samples: int = 10
     warmup: int = 5
+    # auto: cold for calls >= 10 µs, hot in batches below. None only in specs stored
+    # before this field existed; they said ``cold`` (default hot) instead.
+    timing: Literal["auto", "cold", "hot"] | None = None
     cold: bool = False
     # Tier 3
     kernel_regex: str | None = None
@@ -78,6 +81,12 @@ class RunSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     install_cupy: bool = False
     #: Launches of the workload per profiled process (Tier 2 and Tier 3).
     profile_iters: int = 10
+
+    def timing_mode(self) -> str:
+        """Tier 1's mode: ``timing``, or what a spec stored before it meant."""
+        if self.timing is not None:
+            return self.timing
+        return "cold" if self.cold else "hot"
 
 
 class StartRun(Request, kw_only=True, tag="start_run"):
@@ -341,6 +350,11 @@ class Tier1Result(Event, kw_only=True, tag="tier1_result"):
     pct_peak_flops: float | None = None
     peak_source: str | None = None
     l2_flush_bytes: int | None = None
+    # What was asked (auto/cold/hot; ``mode`` is what ran), how L2 was flushed (read or
+    # memset) and how long the GPU idled before each cold sample.
+    requested_mode: str | None = None
+    l2_flush_method: str | None = None
+    cold_gap_ms: float | None = None
 
 
 class KernelRow(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

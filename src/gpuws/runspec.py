@@ -12,6 +12,7 @@ import base64
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from . import protocol
 from .errors import UsageError
@@ -29,7 +30,9 @@ class LaunchOptions:
         max_seconds: Tier 1's sampling time budget.
         min_samples: Tier 1's fewest samples.
         warmup: Tier 1's warm-up calls.
-        cold: flush L2 before every Tier-1 sample.
+        timing: Tier 1's mode: ``auto`` (cold for calls of 10 µs and more, hot in batches
+            below), ``cold`` (L2 flushed clean and 1 ms idle before every sample, as ncu
+            measures) or ``hot`` (back to back).
         kernel_regex: the kernels Tier 3 profiles (default: Tier 2's top kernel).
         launch_skip: launches of a matching kernel to skip before profiling.
         launch_count: launches to profile.
@@ -51,7 +54,7 @@ class LaunchOptions:
     max_seconds: float = 10.0
     min_samples: int = 10
     warmup: int = 5
-    cold: bool = False
+    timing: str = "auto"
     kernel_regex: str | None = None
     launch_skip: int = 0
     launch_count: int = 1
@@ -73,6 +76,16 @@ def options_from_args(args: argparse.Namespace) -> LaunchOptions:
               if hasattr(args, f.name)}
     values["env"] = tuple(values.get("env") or ())
     return LaunchOptions(**values)
+
+
+def _timing(value: str) -> Literal["auto", "cold", "hot"]:
+    if value == "auto":
+        return "auto"
+    if value == "cold":
+        return "cold"
+    if value == "hot":
+        return "hot"
+    raise UsageError(f"unknown Tier 1 timing {value!r}", remedy="use auto, cold or hot")
 
 
 def build_spec(opts: LaunchOptions) -> protocol.RunSpec:
@@ -110,7 +123,8 @@ def build_spec(opts: LaunchOptions) -> protocol.RunSpec:
         env[key] = value
     return protocol.RunSpec(
         workload=workload, tiers=tiers, target_ci=opts.target_ci, max_seconds=opts.max_seconds,
-        min_samples=opts.min_samples, warmup=opts.warmup, cold=opts.cold,
+        min_samples=opts.min_samples, warmup=opts.warmup,
+        timing=_timing(opts.timing),
         kernel_regex=opts.kernel_regex, launch_skip=opts.launch_skip,
         launch_count=opts.launch_count, ncu_set=opts.ncu_set,
         ncu_sections=opts.ncu_sections.split(",") if opts.ncu_sections else None,

@@ -22,7 +22,9 @@ from gpuws.kernels.registry import make_builtin
 from gpuws.kernels.workload import Workload, load_file_workload
 from gpuws.remote_agent.tier1 import (
     BATCH_BELOW_MS,
+    COLD_GAP_MS,
     ROUND_MAX_SAMPLES,
+    L2Flush,
     datasheet_peaks,
     derive_rates,
     run_tier1,
@@ -137,33 +139,77 @@ def test_without_a_hold_the_host_sets_the_pace() -> None:
     assert "hold" not in gpu.ops
 
 
-def test_cold_flushes_before_every_sample_outside_the_timed_region() -> None:
-    gpu = FakeGpu(0.003, noise=0.001)
-    result, events = _loop(gpu, flush=gpu.flush, hold=gpu.hold, min_samples=20)
-    assert result.batch == 1  # only the first call of a batch would be cold
-    n = sum(len(e["values_ms"]) for e in events)
+def _cold_sample_order(gpu: FakeGpu, n: int) -> None:
+    """Every sample is flush → hold(COLD_GAP_MS) → start → one run → stop."""
     ops = gpu.ops
     assert ops.count("flush") == n
-    assert "hold" not in ops[ops.index("flush"):]  # samples are never held when cold
-    for i, op in enumerate(ops):
-        if op == "flush":
-            assert ops[i + 1] == "start"  # flush, then the timed region
-    inside = " ".join(ops).split("start")
-    assert all("flush" not in part.split("stop")[0] for part in inside[1:])
+    text = " ".join(ops[ops.index("flush"):])
+    assert text == " ".join(["flush hold start run stop"] * n)
+    assert gpu.holds[-n:] == [COLD_GAP_MS] * n
+
+
+def test_cold_flushes_and_idles_before_every_sample_outside_the_timed_region() -> None:
+    gpu = FakeGpu(0.003, noise=0.001)
+    result, events = _loop(gpu, mode="cold", flush=gpu.flush, hold=gpu.hold, min_samples=20)
+    assert result.batch == 1  # only the first call of a batch would be cold
+    assert (result.mode, result.gap_ms) == ("cold", COLD_GAP_MS)
+    _cold_sample_order(gpu, sum(len(e["values_ms"]) for e in events))
+
+
+def test_auto_is_cold_for_long_calls_and_hot_in_batches_for_short_ones() -> None:
+    gpu = FakeGpu(0.2, noise=0.001)
+    result, events = _loop(gpu, mode="auto", flush=gpu.flush, hold=gpu.hold)
+    assert (result.mode, result.batch) == ("cold", 1)
+    _cold_sample_order(gpu, sum(len(e["values_ms"]) for e in events))
+
+    short = FakeGpu(0.002, launch_ms=0.005, noise=0.001)
+    result, events = _loop(short, mode="auto", flush=short.flush, hold=short.hold)
+    assert (result.mode, result.batch, result.gap_ms) == ("hot", 25, 0.0)
+    assert "flush" not in short.ops
+
+    # Without a flush there is nothing to make samples cold: auto runs hot, cold refuses.
+    nothing = FakeGpu(0.2)
+    assert _loop(nothing, mode="auto")[0].mode == "hot"
+    with pytest.raises(ValueError, match="flush"):
+        _loop(FakeGpu(0.2), mode="cold")
+    with pytest.raises(ValueError, match="unknown Tier 1 mode"):
+        _loop(FakeGpu(0.2), mode="lukewarm")
+
+
+def test_hot_never_flushes_even_when_given_a_flush() -> None:
+    gpu = FakeGpu(0.2)
+    result, _ = _loop(gpu, mode="hot", flush=gpu.flush, hold=gpu.hold)
+    assert result.mode == "hot" and "flush" not in gpu.ops and gpu.holds == []
 
 
 def test_cold_run_tier1_warns_about_unbatched_short_calls() -> None:
     gpu = FakeGpu(0.003)
     w = _fake_workload(gpu, make_builtin("saxpy", {"n": 4096}))
     events: list[dict[str, Any]] = []
-    result = run_tier1(w, emit=events.append, cold=True, l2_bytes=50 * 2**20, timer=gpu,
-                       flush=gpu.flush, clock=gpu.clock)
+    result = run_tier1(w, emit=events.append, mode="cold", timer=gpu,
+                       flush=L2Flush(gpu.flush, 100 * 2**20, "read"), hold=gpu.hold,
+                       clock=gpu.clock)
     logs = [e for e in events if e["type"] == "log"]
     assert len(logs) == 1 and "not batched" in logs[0]["message"]
     msgspec.convert(logs[0], protocol.Log)
-    assert result["mode"] == "cold" and result["batch"] == 1
-    assert result["l2_flush_bytes"] == 100 * 2**20
+    assert result["mode"] == result["requested_mode"] == "cold" and result["batch"] == 1
+    assert result["l2_flush_bytes"] == 100 * 2**20 and result["l2_flush_method"] == "read"
+    assert result["cold_gap_ms"] == COLD_GAP_MS
     msgspec.convert(result, protocol.Tier1Result)
+
+
+def test_auto_run_tier1_says_when_short_calls_were_timed_hot() -> None:
+    gpu = FakeGpu(0.002, launch_ms=0.005)
+    w = _fake_workload(gpu, make_builtin("saxpy", {"n": 4096}))
+    events: list[dict[str, Any]] = []
+    result = run_tier1(w, emit=events.append, timer=gpu,
+                       flush=L2Flush(gpu.flush, 100 * 2**20, "read"), hold=gpu.hold,
+                       clock=gpu.clock)
+    assert (result["requested_mode"], result["mode"], result["batch"]) == ("auto", "hot", 25)
+    assert result["l2_flush_bytes"] is None and result["cold_gap_ms"] is None
+    logs = [e for e in events if e["type"] == "log"]
+    assert len(logs) == 1 and "batches of 25" in logs[0]["message"]
+    assert logs[0]["level"] == "info"
 
 
 def test_stops_when_ci_reached_but_not_before_min_samples() -> None:
@@ -211,10 +257,12 @@ def test_run_tier1_result_on_the_fixture_saxpy() -> None:
     w = _fake_workload(gpu, make_builtin("saxpy"))
     events: list[dict[str, Any]] = []
     result = run_tier1(w, emit=events.append, timer=gpu, hold=gpu.hold, clock=gpu.clock,
-                       peaks=H200_PEAKS)
+                       flush=L2Flush(gpu.flush, 100 * 2**20, "read"), peaks=H200_PEAKS)
     decoded = msgspec.convert(result, protocol.Tier1Result)
-    assert decoded.mode == "hot" and decoded.batch == 1 and decoded.warmup == 5
-    assert decoded.stop_reason == "ci_reached" and decoded.l2_flush_bytes is None
+    # auto: a 0.24 ms call is timed cold, as ncu times it.
+    assert decoded.mode == "cold" and decoded.requested_mode == "auto"
+    assert decoded.batch == 1 and decoded.warmup == 5 and decoded.cold_gap_ms == COLD_GAP_MS
+    assert decoded.stop_reason == "ci_reached" and decoded.l2_flush_bytes == 100 * 2**20
     median = decoded.stats.median_ms
     assert median == pytest.approx(0.240, rel=0.002)
     assert decoded.bytes == 12 * 2**26 and decoded.flops == 2 * 2**26
@@ -236,7 +284,8 @@ def test_run_tier1_on_a_file_workload(tmp_path: Path) -> None:
     w = load_file_workload(str(path))
     gpu = FakeGpu(2.0)
     w.run = gpu.run  # type: ignore[method-assign]
-    result = run_tier1(w, emit=lambda e: None, timer=gpu, clock=gpu.clock, peaks=H200_PEAKS)
+    result = run_tier1(w, emit=lambda e: None, mode="hot", timer=gpu, clock=gpu.clock,
+                       peaks=H200_PEAKS)
     decoded = msgspec.convert(result, protocol.Tier1Result)
     assert decoded.tflops == pytest.approx(500.0)
     assert decoded.peak_tflops == 989.0 and decoded.gbps is None and decoded.peak_gbps is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gpuws import protocol
@@ -161,9 +162,19 @@ def test_launcher_and_cli_build_the_same_spec(tmp_path: Path) -> None:
     args = make_parser().parse_args(
         ["run", "pod", "-w", f"file:{bench}", "--tiers", "3,1", "--cold", "-k", "gemm",
          "--ncu-sections", "SpeedOfLight,Occupancy", "--env", "A=1"])
-    opts = LaunchOptions(workload=f"file:{bench}", tiers="3,1", cold=True, kernel_regex="gemm",
-                         ncu_sections="SpeedOfLight,Occupancy", env=("A=1",))
+    opts = LaunchOptions(workload=f"file:{bench}", tiers="3,1", timing="cold",
+                         kernel_regex="gemm", ncu_sections="SpeedOfLight,Occupancy",
+                         env=("A=1",))
     assert build_spec(opts) == cli_build_spec(args)
+    assert build_spec(opts).timing_mode() == "cold"
+    for flags, timing in (([], "auto"), (["--hot"], "hot")):
+        spec = cli_build_spec(make_parser().parse_args(["run", "pod", "-w", "builtin:saxpy",
+                                                        *flags]))
+        assert spec.timing == spec.timing_mode() == timing
+    # A spec stored before `timing` existed said `cold` (default hot) and still decodes.
+    old = msgspec.json.decode(b'{"workload": "builtin:saxpy", "cold": false}',
+                              type=protocol.RunSpec)
+    assert old.timing_mode() == "hot"
     assert build_spec(opts).file_name == "bench.py" and build_spec(opts).tiers == [1, 3]
     with pytest.raises(UsageError):
         build_spec(LaunchOptions(workload="python bench.py"))

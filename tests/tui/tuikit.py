@@ -109,6 +109,8 @@ async def launch_command(pilot: Pilot[Any], command: str) -> RunScreen:
     await pilot.press("n")
     await until(pilot, lambda: pilot.app.screen.query("#kind-cmd"))
     await pilot.click("#kind-cmd")
+    # Picking "command" puts the focus in its box, ready for typing.
+    await until(pilot, lambda: getattr(pilot.app.focused, "id", None) == "cmd")
     pilot.app.screen.query_one("#cmd", Input).value = command
     await pilot.press("ctrl+r")
     await until(pilot, lambda: isinstance(pilot.app.screen, RunScreen))

@@ -41,8 +41,13 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     t1.add_argument("--min-samples", type=int, default=10)
     t1.add_argument("--warmup", type=int, default=5)
     mode = t1.add_mutually_exclusive_group()
-    mode.add_argument("--cold", action="store_true", help="flush L2 before every sample")
-    mode.add_argument("--hot", action="store_true", help="back-to-back samples (default)")
+    mode.add_argument("--cold", dest="timing", action="store_const", const="cold",
+                      default="auto",
+                      help="flush L2 clean and idle 1 ms before every sample: the "
+                           "conditions ncu measures in (default for calls >= 10 us)")
+    mode.add_argument("--hot", dest="timing", action="store_const", const="hot",
+                      help="back-to-back samples, L2 warm: steady-state throughput "
+                           "(default for calls < 10 us, which are batched)")
     t3 = p.add_argument_group("Tier 3 (Nsight Compute)")
     t3.add_argument("--kernel-regex", "-k", help="kernels to profile (default: Tier 2's top)")
     t3.add_argument("--launch-skip", type=int, default=0)

@@ -109,7 +109,7 @@ def mode_tier1(run_id: str, args: List[str]) -> int:
     result = run_tier1(workload, emit=emit, target_ci=float(spec.get("target_ci", 0.01)),
                        max_seconds=float(spec.get("max_seconds", 10.0)),
                        min_samples=int(spec.get("min_samples", 10)),
-                       warmup=int(spec.get("warmup", 5)), cold=bool(spec.get("cold")),
+                       warmup=int(spec.get("warmup", 5)), mode=_timing(spec),
                        peaks=peaks)
     emit(result)
     err = workload.check()
@@ -118,6 +118,14 @@ def mode_tier1(run_id: str, args: List[str]) -> int:
         emit(wire.make("log", level=level,
                        message="%s result check: relative error %.2e" % (workload.name, err)))
     return 0
+
+
+def _timing(spec: Dict[str, Any]) -> str:
+    """Tier 1's mode from a spec (``protocol.RunSpec.timing_mode``, without msgspec)."""
+    timing = spec.get("timing")
+    if timing is not None:
+        return str(timing)
+    return "cold" if spec.get("cold") else "hot"
 
 
 def mode_static(run_id: str, args: List[str]) -> int:

@@ -155,6 +155,8 @@ def _start_run(msg: Dict[str, Any], srv: Server) -> None:
     if unknown:
         raise ValueError("spec fields this agent does not know: %s"
                          % ", ".join(repr(k) for k in unknown)[:300])
+    if spec.get("timing") not in (None, "auto", "cold", "hot"):
+        raise ValueError("spec.timing must be 'auto', 'cold' or 'hot'")
     run_id = msg.get("run_id")
     if run_id is not None:
         if not isinstance(run_id, str):
@@ -232,10 +234,10 @@ REQUEST_FIELDS: Dict[str, FrozenSet[str]] = {
 }
 #: The fields of protocol.RunSpec.
 SPEC_FIELDS: FrozenSet[str] = frozenset((
-    "workload", "tiers", "target_ci", "max_seconds", "min_samples", "warmup", "cold",
-    "kernel_regex", "launch_skip", "launch_count", "ncu_set", "ncu_sections", "replay_mode",
-    "clock_control", "cache_control", "ncu_path", "file_name", "file_b64", "env", "timeout_s",
-    "install_cupy", "profile_iters",
+    "workload", "tiers", "target_ci", "max_seconds", "min_samples", "warmup", "timing",
+    "cold", "kernel_regex", "launch_skip", "launch_count", "ncu_set", "ncu_sections",
+    "replay_mode", "clock_control", "cache_control", "ncu_path", "file_name", "file_b64", "env",
+    "timeout_s", "install_cupy", "profile_iters",
 ))
 
 HANDLERS: Dict[str, Handler] = {

@@ -9,19 +9,30 @@ How a run goes:
 1. ``warmup`` calls, so module loading, JIT compilation and library heuristics stay out
    of the numbers.
 2. An estimate of one call's time, from back-to-back calls so that launch latency is
-   amortised. Calls under 10 µs are timed in batches of B calls (a batch ≥ 50 µs),
-   queued behind a GPU-side wait (a "hold") so the host's launch rate does not set
-   their pace.
-3. Rounds of samples. Each sample is one event pair around ``batch`` calls; a round
+   amortised.
+3. The mode. ``cold`` times each call alone under the conditions Nsight Compute measures
+   in (``--cache-control all``): before every sample L2 is flushed *clean* (a read of a
+   buffer twice its size, so the dirty lines of the last call are written back before
+   the timed region, not during it) and the GPU waits 1 ms in a hold kernel, so the work
+   just before (the flush, the last call) does not slow this one. ``hot`` runs
+   samples back to back: steady-state throughput, L2 as the last call left it. Calls
+   under 10 µs are timed hot in batches of B calls (a batch ≥ 50 µs) queued behind a
+   GPU-side wait (a "hold") so the host's launch rate does not set their pace. ``auto``
+   (the default) is cold for calls of 10 µs and more, hot in batches below.
+4. Rounds of samples. Each sample is one event pair around ``batch`` calls; a round
    enqueues up to 256 samples (about 100 ms of work) before waiting once, so in hot
    mode the GPU runs samples back to back instead of idling while the host reads each
    result. Each round is emitted as a ``samples`` event.
-4. Stop when the median's 95% CI half-width is at most ``target_ci`` of the median and
+5. Stop when the median's 95% CI half-width is at most ``target_ci`` of the median and
    at least ``min_samples`` were taken (``stop_reason="ci_reached"``), or when
    ``max_seconds`` of wall time have passed (``"max_seconds"``).
 
-Cold mode flushes L2 before every sample by writing a buffer twice the L2 size with a
-memset enqueued before the sample's start event, so the flush is not timed.
+Why cold looks like this (bench/tier1_vs_ncu.py on an H200, docs/performance.md): for
+saxpy over 2^26 floats ncu reads 181.2 µs; back-to-back event pairs read 186.6 µs
+(+3.0%) and a memset flush, which leaves L2 full of dirty lines, 188.3 µs (+3.9%); a
+clean flush reads 183.7 µs and a clean flush plus 1 ms of idle 183.2 µs (+1.1%). A
+cuBLAS fp16 gemm right after other work reads 205–210 µs against ncu's 179.7 µs, and
+181.1 µs after the 1 ms hold.
 
 Standard library only at import; CuPy is imported inside the functions that use it.
 """
@@ -47,6 +58,10 @@ ROUND_MAX_SAMPLES = 256
 PROBE_MS = 1.0
 #: Slack added to a hold, for the event records and the launch of the hold itself.
 HOLD_MARGIN_MS = 0.02
+#: Cold samples wait this long on the GPU (a hold kernel) after the flush.
+COLD_GAP_MS = 1.0
+#: Timing modes a run may ask for; a result's ``mode`` is the one used (cold or hot).
+MODES = ("auto", "cold", "hot")
 
 #: Receives each event dict. A runtime alias, so spelled with `typing` (python3.8 pods).
 Emit = Callable[[Dict[str, Any]], None]
@@ -115,26 +130,73 @@ class CupyEventTimer:
         return out
 
 
-def make_l2_flush(l2_bytes: Optional[int] = None) -> Tuple[Callable[[], None], int]:
-    """A function that evicts L2 by memsetting a buffer twice its size, and that size.
+_FLUSH_SRC = r"""
+extern "C" __global__ void gpuws_l2_read(const uint4* __restrict__ p, long long n,
+                                         unsigned int* sink) {
+    unsigned int acc = 0;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        uint4 v = p[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;  // never true for a zero buffer: loads stay live
+}
+"""
+
+
+class L2Flush(NamedTuple):
+    """An L2 flush for cold samples.
+
+    Attributes:
+        fn: Enqueues the flush on the current stream (never waits).
+        nbytes: Size of the buffer it goes through (twice the L2 size).
+        method: ``"read"`` (L2 left holding clean lines) or ``"memset"`` (the fallback
+            when no kernel can be built: L2 left dirty, which slows the next call).
+    """
+
+    fn: Callable[[], None]
+    nbytes: int
+    method: str
+
+
+def make_l2_flush(l2_bytes: Optional[int] = None) -> L2Flush:
+    """A flush that evicts L2 by reading a zeroed buffer twice its size.
+
+    Reading, not writing: a memset leaves L2 full of dirty lines, and writing them back
+    is then charged to the timed call (+2.5% on a 0.18 ms saxpy on an H200). A read
+    leaves clean lines, which the next call evicts for free, as after ncu's own flush.
+    Falls back to a memset when the read kernel cannot be built.
 
     Args:
         l2_bytes: L2 size; ``None`` reads ``L2CacheSize`` of the current device.
     """
     import cupy
 
+    dev = cupy.cuda.Device()
     if l2_bytes is None:
-        l2_bytes = int(cupy.cuda.Device().attributes["L2CacheSize"])
-    size = max(2 * int(l2_bytes), 1 << 20)
-    buf = cupy.empty(size, dtype=cupy.uint8)
-    state = {"value": 0}
+        l2_bytes = int(dev.attributes["L2CacheSize"])
+    size = max(2 * int(l2_bytes), 1 << 20) // 16 * 16
+    buf = cupy.zeros(size, dtype=cupy.uint8)
+    try:
+        kernel = cupy.RawKernel(_FLUSH_SRC, "gpuws_l2_read")
+        kernel.compile()
+    except Exception:  # CuPy's compile errors share no narrower base
+        state = {"value": 0}
 
-    def flush() -> None:
-        # Alternate the byte so each flush really writes; enqueued, never waited on.
-        state["value"] ^= 0xA5
-        buf.data.memset_async(state["value"], size)
+        def memset() -> None:
+            # Alternate the byte so each flush really writes; enqueued, never waited on.
+            state["value"] ^= 0xA5
+            buf.data.memset_async(state["value"], size)
 
-    return flush, size
+        return L2Flush(memset, size, "memset")
+    sink = cupy.zeros(1, dtype=cupy.uint32)
+    grid = int(dev.attributes["MultiProcessorCount"]) * 4
+    n16 = cupy.int64(size // 16)
+
+    def read() -> None:
+        kernel((grid,), (512,), (buf, n16, sink))
+
+    return L2Flush(read, size, "read")
 
 
 class LoopResult(NamedTuple):
@@ -146,6 +208,8 @@ class LoopResult(NamedTuple):
         stop_reason: ``"ci_reached"`` or ``"max_seconds"``.
         est_ms: The estimate of one call's time that chose ``batch``.
         wall_s: Wall time of the whole loop, warm-up included.
+        mode: ``"cold"`` or ``"hot"``: the mode the samples were taken in.
+        gap_ms: GPU idle before each cold sample (0 when hot or without a hold).
     """
 
     samples_ms: List[float]
@@ -153,6 +217,8 @@ class LoopResult(NamedTuple):
     stop_reason: str
     est_ms: float
     wall_s: float
+    mode: str = "hot"
+    gap_ms: float = 0.0
 
 
 def timing_loop(
@@ -160,6 +226,7 @@ def timing_loop(
     *,
     timer: Timer,
     emit: Emit,
+    mode: str = "hot",
     target_ci: float = 0.01,
     max_seconds: float = 10.0,
     min_samples: int = 10,
@@ -168,30 +235,42 @@ def timing_loop(
     hold: Optional[Callable[[float], None]] = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> LoopResult:
-    """Warm up, pick a batch size, and sample until the stop rule holds.
+    """Warm up, choose the mode and batch size, and sample until the stop rule holds.
 
     Args:
         run: Enqueues one call of the work (no synchronization).
         timer: Marks and reads timed regions.
         emit: Receives a ``samples`` event dict after every round.
+        mode: ``"cold"``, ``"hot"`` or ``"auto"`` (cold for calls of 10 µs and more).
         target_ci: Stop once the median's CI half-width / median is at most this...
         max_seconds: ...or once this much wall time has passed (warm-up included).
         min_samples: Fewest samples before ``target_ci`` may stop the loop.
         warmup: Untimed calls before the estimate.
-        flush: Cold mode: called before every sample, outside its timed region.
-        hold: Enqueues a GPU wait of the given ms; used before each batched sample so
-            the host queues the whole batch while the GPU waits (see :func:`make_hold`).
+        flush: Evicts L2 (needed for cold samples); called before each, outside its
+            timed region. Without it ``auto`` runs hot.
+        hold: Enqueues a GPU wait of the given ms: the ``COLD_GAP_MS`` before each cold
+            sample, and before each batched hot sample so the host queues the whole
+            batch while the GPU waits (see :func:`make_hold`).
         clock: Wall clock in seconds (a stand-in in tests).
 
     Returns:
         The samples and how they were taken.
+
+    Raises:
+        ValueError: ``mode`` is unknown, or cold without a ``flush``.
     """
+    if mode not in MODES:
+        raise ValueError(f"unknown Tier 1 mode {mode!r}; one of {', '.join(MODES)}")
+    if mode == "cold" and flush is None:
+        raise ValueError("cold samples need an L2 flush")
     t0 = clock()
     for _ in range(max(0, warmup)):
         run()
     est = _estimate(run, timer, clock, hold)
+    cold = mode == "cold" or (mode == "auto" and flush is not None
+                              and est.gpu_ms >= BATCH_BELOW_MS)
     batch = 1
-    if flush is None and est.gpu_ms < BATCH_BELOW_MS:
+    if not cold and est.gpu_ms < BATCH_BELOW_MS:
         # CUDA events resolve about 0.5 µs, so a 3 µs call would carry ±15% of pure
         # quantisation; timing B back-to-back calls and dividing by B shrinks that B-fold.
         # Cold samples are never batched: only the first call of a batch would be cold.
@@ -200,7 +279,13 @@ def timing_loop(
     # then a batch would time the host's launch rate. Behind a hold the host queues the
     # whole batch first, so the batch runs back to back at the GPU's own pace (nvbench's
     # hot mode does the same behind a blocking kernel).
-    hold_ms = _hold_ms(batch, est.enqueue_ms) if hold is not None and batch > 1 else 0.0
+    if hold is None:
+        hold_ms = 0.0
+    elif cold:
+        hold_ms = COLD_GAP_MS
+    else:
+        hold_ms = _hold_ms(batch, est.enqueue_ms) if batch > 1 else 0.0
+    pre = flush if cold else None
     samples: List[float] = []
     sample_s = max(batch * est.gpu_ms + hold_ms, 1e-6) / 1000.0  # refined every round
     reason = "max_seconds"
@@ -210,8 +295,8 @@ def timing_loop(
         count = max(1, count)
         started = clock()
         for _ in range(count):
-            if flush is not None:
-                flush()
+            if pre is not None:
+                pre()
             if hold is not None and hold_ms > 0.0:
                 hold(hold_ms)
             timer.start()
@@ -227,7 +312,8 @@ def timing_loop(
             break
         if clock() - t0 >= max_seconds:
             break
-    return LoopResult(samples, batch, reason, est.gpu_ms, clock() - t0)
+    return LoopResult(samples, batch, reason, est.gpu_ms, clock() - t0,
+                      "cold" if cold else "hot", hold_ms if cold else 0.0)
 
 
 class _Estimate(NamedTuple):
@@ -305,15 +391,15 @@ def run_tier1(
     workload: Workload,
     *,
     emit: Emit,
+    mode: str = "auto",
     target_ci: float = 0.01,
     max_seconds: float = 10.0,
     min_samples: int = 10,
     warmup: int = 5,
-    cold: bool = False,
     l2_bytes: Optional[int] = None,
     peaks: Optional[Dict[str, Any]] = None,
     timer: Optional[Timer] = None,
-    flush: Optional[Callable[[], None]] = None,
+    flush: Optional[L2Flush] = None,
     hold: Optional[Callable[[float], None]] = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Dict[str, Any]:
@@ -321,59 +407,76 @@ def run_tier1(
 
     Args:
         workload: The workload; its ``setup()`` must already have run.
-        emit: Receives ``samples`` events (and a ``log`` warning when cold samples of a
-            very short call cannot be batched).
+        emit: Receives ``samples`` events, and ``log`` events saying how short calls were
+            handled or which fallback was taken.
+        mode: ``"auto"`` (cold for calls ≥ 10 µs, hot in batches below), ``"cold"`` or
+            ``"hot"``; see the module docstring.
         target_ci: Relative half-width of the median's 95% CI that ends sampling.
         max_seconds: Wall-time budget.
         min_samples: Fewest samples before the CI may end sampling.
         warmup: Untimed calls first.
-        cold: Flush L2 before every sample (else hot: samples back to back).
         l2_bytes: L2 size for the flush buffer (``None``: read from the device).
         peaks: :func:`measure_peaks`'s dict, for % of peak; ``None`` leaves them out.
         timer: Stand-in timer (tests); default :class:`CupyEventTimer`.
-        flush: Stand-in L2 flush (tests); default :func:`make_l2_flush` when cold.
+        flush: Stand-in L2 flush (tests); default :func:`make_l2_flush` unless hot.
         hold: Stand-in GPU wait (tests); with the default timer, :func:`make_hold`.
         clock: Wall clock in seconds.
 
     Returns:
         A dict that decodes as ``protocol.Tier1Result`` (``type`` included, envelope
         fields left to the caller). It is returned, not emitted.
+
+    Raises:
+        ValueError: ``mode`` is not one of :data:`MODES`.
     """
+    if mode not in MODES:
+        raise ValueError(f"unknown Tier 1 mode {mode!r}; one of {', '.join(MODES)}")
     if timer is None:
         timer = CupyEventTimer()
-        if hold is None and not cold:
+        if hold is None:
             try:
                 hold = make_hold()
             except Exception as exc:  # CuPy's compile errors share no narrower base
                 emit({"type": "log", "level": "warning", "message": (
-                    f"no GPU hold kernel ({type(exc).__name__}: {exc}); batches of short "
-                    "calls may be timed at the host's launch rate")})
-    flush_bytes: Optional[int] = None
-    if cold:
-        if flush is None:
-            flush, flush_bytes = make_l2_flush(l2_bytes)
-        else:
-            flush_bytes = 2 * l2_bytes if l2_bytes else None
-    else:
-        flush = None
+                    f"no GPU hold kernel ({type(exc).__name__}: {exc}); cold samples get no "
+                    "idle gap and batches of short calls may be timed at the host's "
+                    "launch rate")})
+    if mode != "hot" and flush is None:
+        flush = make_l2_flush(l2_bytes)
+        if flush.method != "read":
+            emit({"type": "log", "level": "warning", "message": (
+                "no L2 read kernel could be built: cold samples use a memset flush, which "
+                "leaves L2 dirty and reads a few % slow on memory-bound calls")})
     result = timing_loop(
-        workload.run, timer=timer, emit=emit, target_ci=target_ci, max_seconds=max_seconds,
-        min_samples=min_samples, warmup=warmup, flush=flush, hold=hold, clock=clock,
+        workload.run, timer=timer, emit=emit, mode=mode, target_ci=target_ci,
+        max_seconds=max_seconds, min_samples=min_samples, warmup=warmup,
+        flush=flush.fn if flush is not None and mode != "hot" else None, hold=hold,
+        clock=clock,
     )
-    if cold and result.est_ms < BATCH_BELOW_MS:
+    short = result.est_ms < BATCH_BELOW_MS
+    if mode == "cold" and short:
         emit({"type": "log", "level": "warning", "message": (
             f"{workload.name}: one call takes ~{result.est_ms * 1000:.1f} µs; cold samples are "
             "not batched (each needs its own L2 flush), so CUDA-event resolution (~0.5 µs) "
-            "limits their precision")})
+            "limits their precision; --hot batches them")})
+    elif mode == "auto" and short and result.mode == "hot":
+        emit({"type": "log", "level": "info", "message": (
+            f"{workload.name}: one call takes ~{result.est_ms * 1000:.1f} µs, so it was timed "
+            f"hot in batches of {result.batch} (a flush per call would dwarf it); --cold "
+            "times single calls")})
     stats = summarize(result.samples_ms)
+    cold = result.mode == "cold"
     out: Dict[str, Any] = {
         "type": "tier1_result",
         "stats": stats,
-        "mode": "cold" if cold else "hot",
+        "mode": result.mode,
+        "requested_mode": mode,
         "batch": result.batch,
         "warmup": warmup,
         "stop_reason": result.stop_reason,
-        "l2_flush_bytes": flush_bytes,
+        "l2_flush_bytes": flush.nbytes if cold and flush is not None else None,
+        "l2_flush_method": flush.method if cold and flush is not None else None,
+        "cold_gap_ms": result.gap_ms if cold else None,
     }
     out.update(derive_rates(workload, float(stats["median_ms"]), peaks))
     return out

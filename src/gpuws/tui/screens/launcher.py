@@ -57,7 +57,6 @@ class LauncherScreen(Screen[None]):
     LauncherScreen #builtin-box, LauncherScreen #params { height: auto; }
     LauncherScreen #tiers { height: auto; margin-top: 1; }
     LauncherScreen #tiers Checkbox { margin-right: 2; }
-    LauncherScreen #cold { margin-top: 1; }
     LauncherScreen #tiers Checkbox { width: auto; }
     LauncherScreen #error { color: $error; padding: 0 1; }
     LauncherScreen #buttons { height: auto; margin: 1 0; }
@@ -104,8 +103,11 @@ class LauncherScreen(Screen[None]):
             yield Label("Tier 1 options", classes="section")
             yield from _row("target CI ±%", Input("1.0", id="target-ci", type="number"))
             yield from _row("max seconds", Input("10", id="max-seconds", type="number"))
-            yield Checkbox("cold: flush L2 before every sample (default hot)", id="cold",
-                           compact=True)
+            yield from _row("timing", Select(
+                [("auto: cold, short calls hot in batches", "auto"),
+                 ("cold: L2 flushed + 1 ms idle, like ncu", "cold"),
+                 ("hot: back to back, L2 warm", "hot")],
+                value="auto", allow_blank=False, id="timing"))
             yield Label("Tier 3 options", classes="section")
             yield from _row("kernel regex", Input(placeholder="default: Tier 2's top kernel",
                                                   id="kernel-regex"))
@@ -139,6 +141,9 @@ class LauncherScreen(Screen[None]):
     @on(RadioSet.Changed, "#kind")
     def _kind_changed(self, event: RadioSet.Changed) -> None:
         self._show_kind((event.pressed.id or "kind-builtin").removeprefix("kind-"))
+        # Picking a kind means filling it in next: go there once the box is shown.
+        target = {"builtin": "#builtin", "file": "#file", "cmd": "#cmd"}[self.kind]
+        self.call_after_refresh(self.query_one(target).focus)
 
     def _show_kind(self, kind: str) -> None:
         self.kind = kind
@@ -206,7 +211,7 @@ class LauncherScreen(Screen[None]):
             workload=self.workload(), tiers=tiers,
             target_ci=_number(self, "#target-ci", "target CI") / 100.0,
             max_seconds=_number(self, "#max-seconds", "max seconds"),
-            cold=self.query_one("#cold", Checkbox).value,
+            timing=str(self.query_one("#timing", Select).value),
             kernel_regex=self.query_one("#kernel-regex", Input).value.strip() or None,
             launch_skip=int(_number(self, "#launch-skip", "launch skip")),
             launch_count=int(_number(self, "#launch-count", "launch count")),
