@@ -118,6 +118,22 @@ def test_regression_gate(runs: Store) -> None:
         regression_gate(slow, -1.0)
 
 
+def test_runs_timed_in_different_modes_are_flagged_and_never_gated(
+        runs: Store, recorded: ModuleType) -> None:
+    sid = runs.open_session("pod", "local", None, 3.99, started=recorded.T0 + 300)
+    runs.ingest_many(sid, recorded.saxpy_run("coldrun", t0=recorded.T0 + 300, n_samples=400,
+                                             seed=5, mode="cold"))
+    c = compare_runs(runs, "base", "coldrun")
+    assert c.tier1 is not None
+    assert c.tier1_caution.startswith("base was timed hot and coldrun cold")
+    failed, message = regression_gate(c, 50.0)
+    assert failed and "cannot gate coldrun against base" in message and "--hot" in message
+    console = Console(record=True, width=200)
+    render_comparison(c, console)
+    assert "caution: base was timed hot" in console.export_text()
+    assert compare_runs(runs, "base", "same").tier1_caution == ""
+
+
 def test_gate_needs_the_whole_interval_past_the_limit() -> None:
     # A measured slowdown right at the limit, whose CI straddles it, does not fail.
     rng = random.Random(11)

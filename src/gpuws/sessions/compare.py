@@ -79,6 +79,9 @@ class Comparison(msgspec.Struct, frozen=True, kw_only=True):
     #: Why there is no Tier-1 comparison (empty when there is one).
     tier1_missing: str
     kernels: list[KernelComparison]
+    #: Set when the two runs' Tier-1 samples were taken in different modes (hot/cold):
+    #: their medians then differ by how they were measured, not only by the code.
+    tier1_caution: str = ""
     resamples: int = RESAMPLES
     seed: int = SEED
     confidence: float = CONFIDENCE
@@ -100,8 +103,15 @@ def compare_runs(store: Store, a: str, b: str) -> Comparison:
     else:
         tier1 = compare_samples(samples_a, samples_b, label_a=run_a.run_id,
                                 label_b=run_b.run_id)
+    caution = ""
+    result_a, result_b = store.tier1(run_a.run_id), store.tier1(run_b.run_id)
+    if tier1 is not None and result_a and result_b and result_a.mode != result_b.mode:
+        caution = (f"{run_a.run_id} was timed {result_a.mode} and {run_b.run_id} "
+                   f"{result_b.mode}: the medians differ by how they were taken; rerun one "
+                   f"with --{result_a.mode} (or --{result_b.mode}) to compare the code")
     return Comparison(run_a=run_a.run_id, run_b=run_b.run_id, workload_a=run_a.workload,
                       workload_b=run_b.workload, tier1=tier1, tier1_missing=reason,
+                      tier1_caution=caution,
                       kernels=compare_metrics(store.metrics(run_a.run_id),
                                               store.metrics(run_b.run_id)))
 
@@ -230,6 +240,9 @@ def regression_gate(comparison: Comparison, fail_if_slower_pct: float) -> tuple[
     if c is None:
         return True, f"cannot gate {comparison.run_b} against {comparison.run_a}: " + \
             comparison.tier1_missing
+    if comparison.tier1_caution:
+        return True, f"cannot gate {comparison.run_b} against {comparison.run_a}: " + \
+            comparison.tier1_caution
     limit = 1.0 / (1.0 + fail_if_slower_pct / 100.0)
     slower = (1.0 / c.speedup - 1.0) * 100.0
     band = f"{(1.0 / c.ci_high - 1.0) * 100.0:+.1f}% to {(1.0 / c.ci_low - 1.0) * 100.0:+.1f}%"
@@ -260,6 +273,8 @@ def render_comparison(c: Comparison, console: Console) -> None:
         console.print(f"speedup (A/B) {t.speedup:.3f}×, {int(c.confidence * 100)}% CI "
                       f"[{t.ci_low:.3f}, {t.ci_high:.3f}] ({c.resamples} bootstrap resamples)")
         console.print(t.verdict, style=style)
+        if c.tier1_caution:
+            console.print(f"caution: {c.tier1_caution}", style="yellow")
     for k in c.kernels:
         table = Table(title=f"{k.kernel} (launch {k.launch})"
                       + ("" if k.in_a and k.in_b else " — only in " + ("A" if k.in_a else "B")))

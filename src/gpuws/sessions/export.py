@@ -231,9 +231,17 @@ def _tier1(r: protocol.Tier1Result) -> list[str]:
           _ms(s.p5_ms), _ms(s.p95_ms), _ms(s.max_ms),
           f"{_ms(s.ci_low_ms)} – {_ms(s.ci_high_ms)}", f"{100 * s.ci_rel_halfwidth:.2f}%"]])
     out.append("")
-    how = "L2 flushed before each sample" if r.mode == "cold" else "back-to-back"
-    if r.l2_flush_bytes:
-        how += f", {r.l2_flush_bytes:,} B flush buffer"
+    if r.mode == "cold":
+        how = "L2 flushed before each sample"
+        if r.l2_flush_bytes:
+            # Results recorded before l2_flush_method existed were flushed by a memset.
+            how += f" by a {r.l2_flush_method or 'memset'} of {r.l2_flush_bytes:,} B"
+        if r.cold_gap_ms:
+            how += f", GPU idle {r.cold_gap_ms:g} ms before it"
+    else:
+        how = "back-to-back"
+    if r.requested_mode == "auto":
+        how += "; chosen by auto"
     out.append(_esc(f"Mode {r.mode} ({how}), {r.warmup} warm-up calls, batch of {r.batch}; "
                     f"stopped: {r.stop_reason}."))
     rates = []
@@ -344,6 +352,8 @@ def _comparison(c: Comparison) -> list[str]:
              ["median", _ms(t.median_a_ms), _ms(t.median_b_ms)]])
         out += ["", f"**Verdict:** {_esc(t.verdict)}. Speedup is baseline median / this run's "
                     f"median; the CI comes from {c.resamples:,} bootstrap resamples of both."]
+        if c.tier1_caution:
+            out += ["", f"**Caution:** {_esc(c.tier1_caution)}."]
     for k in c.kernels:
         if not (k.in_a and k.in_b):
             side = "baseline" if k.in_a else "this run"
