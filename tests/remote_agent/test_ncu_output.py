@@ -178,6 +178,36 @@ def test_real_chunks_with_demangled_names() -> None:
     assert not parser.errors and not parser.warnings
 
 
+# ncu 2025.3.1 on an H200, `--set full` on tiled_matmul (n=4096, 16 ms a launch), stdout as
+# bench/tier3.py captured it: a warning cuts the progress bar, which goes on on the next line.
+INTERRUPTED = (Path(__file__).parent.parent / "fixtures" / "recorded"
+               / "ncu_full_tiled_matmul_h200.log").read_text()
+LONG_LAUNCH_WARNING = next(line for line in INTERRUPTED.splitlines()
+                           if "taking more time than expected" in line)
+
+
+def test_a_warning_inside_the_progress_bar_does_not_lose_the_pass_count() -> None:
+    parser = NcuConsoleParser("tiled_matmul")
+    cut = INTERRUPTED.index("....50%") + len("....50%")
+    items = feed_all(parser, [("stdout", INTERRUPTED[:cut]), ("stdout", INTERRUPTED[cut:])])
+    progress = kinds(items, "progress")
+    assert [p["percent"] for p in progress] == [0, 50, 100]
+    assert all(p["kernel"] == "tiled_matmul" for p in progress)
+    assert progress[-1]["passes"] == 38 and progress[-1]["done"]
+    assert parser.profiled == [{"kernel": "tiled_matmul", "launch": None, "passes": 38}]
+    assert LONG_LAUNCH_WARNING.removeprefix("==WARNING== ") in parser.warnings
+    assert parser.reports and parser.reports[0].endswith(".ncu-rep")
+    # Any chunking gives the same outcome.
+    text = INTERRUPTED
+    for size in (1, 3, 7, 64):
+        again = NcuConsoleParser("tiled_matmul")
+        feed_all(again, [("stdout", text[i:i + size]) for i in range(0, len(text), size)])
+        assert again.profiled == parser.profiled and again.warnings == parser.warnings
+    # A bare number on a later line, with no bar cut short before it, is not progress.
+    other = NcuConsoleParser()
+    assert kinds(feed_all(other, [("stdout", "42%\n")]), "progress") == []
+
+
 def test_launch_ids_single_pass_and_empty_set_warning() -> None:
     parser = NcuConsoleParser()
     items = feed_all(parser, LAUNCH_ID_CHUNKS)

@@ -37,6 +37,10 @@ _PROFILING = re.compile(
     r'^==PROF== Profiling "(?P<name>.*)"(?: - (?P<id>\d+))?: (?P<bar>[0-9%.]*)'
     r"(?: - (?P<passes>\d+) pass(?:es)?)?\s*$"
 )
+# The rest of a progress line that something else interrupted: on a long kernel ncu may
+# print a ``==WARNING==`` line ("Launching the workload is taking more time than
+# expected") in the middle of the bar, and the bar goes on on the next line.
+_CONTINUED = re.compile(r"^(?P<bar>[0-9%.]+)(?: - (?P<passes>\d+) pass(?:es)?)?\s*$")
 _CONNECTED = re.compile(r"^==PROF== Connected to process (?P<pid>\d+)(?: \((?P<proc>.*)\))?")
 _DISCONNECTED = re.compile(r"^==PROF== Disconnected from process (?P<pid>\d+)")
 _REPORT = re.compile(r"^==PROF== Report: (?P<path>.+?)\s*$")
@@ -127,6 +131,8 @@ class NcuConsoleParser:
         self.requested_regex = requested_regex
         self._buf: dict[str, str] = {}
         self._partial: dict[str, tuple[str, int]] = {}  # stream -> (kernel, percent sent)
+        # stream -> (kernel, launch, bar so far) of a progress line cut short by another
+        self._interrupted: dict[str, tuple[str, int | None, str]] = {}
         self._listing: list[str] | None = None  # names under "Available Kernels:"
         self.reports: list[str] = []
         self.errors: list[str] = []
@@ -186,6 +192,14 @@ class NcuConsoleParser:
     def _partial_line(self, text: str, stream: str) -> list[dict[str, Any]]:
         """Progress on a line still being written (``==PROF== Profiling "k": 0%..``)."""
         text = _ANSI.sub("", text)
+        cut = self._interrupted.get(stream)
+        if cut is not None and re.match(r"^[0-9%.]+$", text):
+            kernel, percent = cut[0], _percent(cut[2] + text)
+            if self._partial.get(stream) == (kernel, percent):
+                return []
+            self._partial[stream] = (kernel, percent)
+            return [{"kind": "progress", "kernel": kernel, "launch": cut[1],
+                     "percent": percent, "passes": None, "done": False}]
         if not text.startswith("==PROF== Profiling "):
             return []
         m = re.match(r'^==PROF== Profiling "(?P<name>.*)"(?: - (?P<id>\d+))?: (?P<bar>[0-9%.]*)$',
@@ -220,14 +234,27 @@ class NcuConsoleParser:
             items.extend(self._end_listing())
 
         m = _PROFILING.match(line)
-        if m is not None:
+        cut = self._interrupted.get(stream)
+        c = _CONTINUED.match(line) if cut is not None and m is None else None
+        if m is not None or c is not None:
             self._partial.pop(stream, None)
-            passes = int(m.group("passes")) if m.group("passes") else None
+            self._interrupted.pop(stream, None)
+            if m is not None:
+                kernel = m.group("name")
+                launch = int(m.group("id")) if m.group("id") else None
+                bar, found = m.group("bar"), m.group("passes")
+            else:
+                assert c is not None and cut is not None
+                kernel, launch = cut[0], cut[1]
+                bar, found = cut[2] + c.group("bar"), c.group("passes")
+            passes = int(found) if found else None
+            if passes is None:
+                self._interrupted[stream] = (kernel, launch, bar)
             item = {
                 "kind": "progress",
-                "kernel": m.group("name"),
-                "launch": int(m.group("id")) if m.group("id") else None,
-                "percent": 100 if passes is not None else _percent(m.group("bar")),
+                "kernel": kernel,
+                "launch": launch,
+                "percent": 100 if passes is not None else _percent(bar),
                 "passes": passes,
                 "done": passes is not None,
             }
@@ -246,6 +273,7 @@ class NcuConsoleParser:
             return items
         m = _DISCONNECTED.match(line)
         if m is not None:
+            self._interrupted.pop(stream, None)
             items.append({"kind": "disconnected", "pid": int(m.group("pid")), "process": None})
             return items
         m = _REPORT.match(line)
