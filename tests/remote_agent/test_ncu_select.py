@@ -166,6 +166,19 @@ def test_unknown_driver_is_assumed_compatible_and_said_so() -> None:
     as_plan(plan)
 
 
+def test_no_gpu_and_no_driver_plans_no_install() -> None:
+    # A laptop or CI machine: no driver, no GPU. Installing ncu there would not help.
+    plan = select_ncu([], None, None, os_release=UBUNTU_2404, is_root=True)
+    assert plan["install_plan"] is None and plan["install_target_version"] is None
+    assert plan["selected"] is None
+    assert "no NVIDIA GPU or driver was found" in plan["reason"]
+    assert plan["reason"].startswith("no ncu installed, and none is needed yet")
+    as_plan(plan)
+    # An ncu that is installed anyway is still listed and chosen (compatibility assumed).
+    plan = select_ncu(installs(["2025.3.1"]), None, None)
+    assert plan["selected_version"] == "2025.3.1"
+
+
 def test_root_plan_uses_the_pinned_apt_package() -> None:
     plan = select_ncu([], "580.159.04", "9.0", os_release=UBUNTU_2404, is_root=True)
     steps = plan["install_plan"]

@@ -448,6 +448,13 @@ def select_ncu(installs: list[dict[str, Any]], driver: str | None,
     excluded_versions += [str(c["version"]) for c in choices
                           if c["version"] and c["path"] in excluded]
     found = "no ncu installed" if not choices else f"no installed ncu fits {fits}"
+    if driver is None and compute_capability is None:
+        # Neither NVML nor nvidia-smi saw a GPU: an ncu would have nothing to profile, and
+        # which release fits depends on the driver that is still to be installed.
+        plan["reason"] = (f"{found}, and none is needed yet: no NVIDIA GPU or driver was "
+                          "found on this machine; install the NVIDIA driver (or connect to "
+                          "a GPU pod) first")
+        return plan
     target = _install_target(branch, compute_capability, excluded_versions)
     if target is None:
         plan["reason"] = (f"{found}, and no known release does (driver branch {branch}): "
