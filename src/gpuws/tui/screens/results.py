@@ -123,7 +123,8 @@ def render_comparison(c: Comparison) -> Table | Text:
     if c.tier1 is not None:
         t = c.tier1
         style = "dim" if t.within_noise else "bold green" if t.speedup > 1 else "bold red"
-        table.caption = t.verdict
+        table.caption = t.verdict + (f" — caution: {c.tier1_caution}" if c.tier1_caution
+                                     else "")
         table.caption_style = style
         table.add_row("Tier 1 median", fmt.ms(t.median_a_ms), fmt.ms(t.median_b_ms),
                       Text(f"{t.speedup:.3f}× [{t.ci_low:.3f}, {t.ci_high:.3f}]", style))
