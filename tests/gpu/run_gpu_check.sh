@@ -18,5 +18,7 @@ timeout 300 python3 -m pytest -p no:cacheprovider tests/gpu -q -s -o addopts="" 
   -W ignore::RuntimeWarning --timeout 280 2>&1 | tail -40 | tee "$OUT/gpu_e2e.log"
 timeout 150 python3 bench/timing.py --out "$OUT/timing.json" --max-seconds 4 2>&1 \
   | tee -a "$OUT/bench.log" | tail -3
-timeout 120 python3 bench/tier3.py --out "$OUT/tier3.json" 2>&1 | tee -a "$OUT/bench.log" | tail -3
+timeout 120 python3 bench/tier1_vs_ncu.py --out "$OUT/gap.json" 2>&1 | tee -a "$OUT/bench.log" \
+  | grep -v Warning
+timeout 200 python3 bench/tier3.py --out "$OUT/tier3.json" 2>&1 | tee -a "$OUT/bench.log" | tail -8
 python3 tests/gpu/summary.py "$OUT"
