@@ -187,6 +187,41 @@ def test_file_workload(pod: Path, tmp_path: Path, capsys: pytest.CaptureFixture[
                                 "tier2": of(events, "kernel_table")[0]["source"]}
 
 
+HOG_WORKLOAD = '''
+import cupy
+
+BYTES = 2 * 4 * (1 << 22)
+
+
+def setup():
+    x = cupy.ones(1 << 22, dtype=cupy.float32)
+    y = cupy.empty_like(x)
+    free, _total = cupy.cuda.runtime.memGetInfo()
+    # Leave 48 MiB free: less than the flush buffer cold timing needs (twice the L2).
+    hog = cupy.empty(max(0, free - (48 << 20)), dtype=cupy.uint8)
+    return x, y, hog
+
+
+def run(state):
+    x, y, _hog = state
+    cupy.multiply(x, 2, out=y)
+'''
+
+
+def test_without_memory_for_the_flush_tier1_times_hot_and_says_so(
+        pod: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "hog.py"
+    src.write_text(HOG_WORKLOAD)
+    code, events = run_json(capsys, "run", "pod", "-F", str(pod), "-w", f"file:{src}",
+                            "--tiers", "1", "--json", "--no-pull", "--max-seconds", "2")
+    assert code == 0, [e for e in events if e["type"] in ("diagnosis", "run_finished")]
+    t1 = of(events, "tier1_result")[0]
+    assert (t1["requested_mode"], t1["mode"]) == ("auto", "hot"), t1
+    warnings = [e["message"] for e in of(events, "log") if e["level"] == "warning"]
+    assert any("timing hot" in w for w in warnings), warnings
+    FIGURES["flush_oom"] = {"median_ms": t1["stats"]["median_ms"], "warnings": warnings}
+
+
 def test_cmd_workload_under_tiers_2_and_3(pod: Path, capsys: pytest.CaptureFixture[str]) -> None:
     prog = ("import cupy; x = cupy.arange(1 << 22, dtype=cupy.float32); "
             "[cupy.sqrt(x) for _ in range(5)]; cupy.cuda.runtime.deviceSynchronize(); "

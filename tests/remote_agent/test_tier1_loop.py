@@ -198,6 +198,27 @@ def test_cold_run_tier1_warns_about_unbatched_short_calls() -> None:
     msgspec.convert(result, protocol.Tier1Result)
 
 
+def test_without_memory_for_the_flush_auto_times_hot_and_cold_refuses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuws.remote_agent import tier1
+
+    def no_memory(l2_bytes: int | None = None) -> L2Flush:
+        raise MemoryError("Out of memory allocating 125,829,120 bytes")
+
+    monkeypatch.setattr(tier1, "make_l2_flush", no_memory)
+    gpu = FakeGpu(0.2)
+    w = _fake_workload(gpu, make_builtin("saxpy", {"n": 4096}))
+    events: list[dict[str, Any]] = []
+    result = run_tier1(w, emit=events.append, timer=gpu, hold=gpu.hold, clock=gpu.clock)
+    assert (result["requested_mode"], result["mode"]) == ("auto", "hot")
+    (log,) = [e for e in events if e["type"] == "log"]
+    assert log["level"] == "warning" and "timing hot" in log["message"]
+    assert "Out of memory" in log["message"]
+    with pytest.raises(RuntimeError, match="free GPU memory or use --hot"):
+        run_tier1(w, emit=events.append, mode="cold", timer=gpu, hold=gpu.hold,
+                  clock=gpu.clock)
+
+
 def test_auto_run_tier1_says_when_short_calls_were_timed_hot() -> None:
     gpu = FakeGpu(0.002, launch_ms=0.005)
     w = _fake_workload(gpu, make_builtin("saxpy", {"n": 4096}))

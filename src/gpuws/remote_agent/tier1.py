@@ -441,16 +441,27 @@ def run_tier1(
                     f"no GPU hold kernel ({type(exc).__name__}: {exc}); cold samples get no "
                     "idle gap and batches of short calls may be timed at the host's "
                     "launch rate")})
+    loop_mode = mode
     if mode != "hot" and flush is None:
-        flush = make_l2_flush(l2_bytes)
-        if flush.method != "read":
+        try:
+            flush = make_l2_flush(l2_bytes)
+        except Exception as exc:  # cupy.cuda.memory.OutOfMemoryError and kin
+            if mode == "cold":
+                raise RuntimeError(
+                    "cold timing needs a flush buffer twice the L2 size and could not get "
+                    f"it ({type(exc).__name__}: {exc}); free GPU memory or use --hot") from exc
+            emit({"type": "log", "level": "warning", "message": (
+                f"no L2 flush buffer ({type(exc).__name__}: {exc}): timing hot (back to "
+                "back) instead of cold; free some GPU memory for ncu-like cold samples")})
+            loop_mode = "hot"
+        if flush is not None and flush.method != "read":
             emit({"type": "log", "level": "warning", "message": (
                 "no L2 read kernel could be built: cold samples use a memset flush, which "
                 "leaves L2 dirty and reads a few % slow on memory-bound calls")})
     result = timing_loop(
-        workload.run, timer=timer, emit=emit, mode=mode, target_ci=target_ci,
+        workload.run, timer=timer, emit=emit, mode=loop_mode, target_ci=target_ci,
         max_seconds=max_seconds, min_samples=min_samples, warmup=warmup,
-        flush=flush.fn if flush is not None and mode != "hot" else None, hold=hold,
+        flush=flush.fn if flush is not None and loop_mode != "hot" else None, hold=hold,
         clock=clock,
     )
     short = result.est_ms < BATCH_BELOW_MS
