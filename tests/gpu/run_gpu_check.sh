@@ -22,3 +22,6 @@ timeout 120 python3 bench/tier1_vs_ncu.py --out "$OUT/gap.json" 2>&1 | tee -a "$
   | grep -v Warning
 timeout 200 python3 bench/tier3.py --out "$OUT/tier3.json" 2>&1 | tee -a "$OUT/bench.log" | tail -8
 python3 tests/gpu/summary.py "$OUT"
+# At most 8 files come back from the device: keep the e2e run's recording in one archive.
+tar -czf "$OUT/saxpy_run.tar.gz" -C "$OUT" saxpy_events.ndjson saxpy_session.md saxpy.ncu-rep \
+  2>/dev/null && rm -f "$OUT"/saxpy_events.ndjson "$OUT"/saxpy_session.md "$OUT"/saxpy.ncu-rep
