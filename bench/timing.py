@@ -29,7 +29,7 @@ from typing import Any
 from gpuws.kernels.registry import BUILTINS, make_builtin, parse_workload
 from gpuws.kernels.workload import Workload
 from gpuws.remote_agent.stats import percentile
-from gpuws.remote_agent.tier1 import WARM_MS, measure_peaks, run_tier1
+from gpuws.remote_agent.tier1 import measure_peaks, run_tier1
 
 DEFAULT_WORKLOADS = (
     "builtin:saxpy",
@@ -50,7 +50,7 @@ def spread(times_ms: Sequence[float]) -> dict[str, float]:
 
 
 def bench_gpuws(w: Workload, *, mode: str, target_ci: float, max_seconds: float,
-                peaks: dict[str, Any], warm_ms: float = WARM_MS) -> dict[str, Any]:
+                peaks: dict[str, Any]) -> dict[str, Any]:
     """Tier 1 as the agent runs it; the samples come from the emitted events."""
     samples: list[float] = []
 
@@ -60,7 +60,7 @@ def bench_gpuws(w: Workload, *, mode: str, target_ci: float, max_seconds: float,
 
     t0 = time.perf_counter()
     result = run_tier1(w, emit=emit, target_ci=target_ci, max_seconds=max_seconds,
-                       min_samples=10, warmup=5, mode=mode, peaks=peaks, warm_ms=warm_ms)
+                       min_samples=10, warmup=5, mode=mode, peaks=peaks)
     wall = time.perf_counter() - t0
     row: dict[str, Any] = dict(spread(samples))
     row.update(tool=f"gpuws {mode}", mode=result["mode"], wall_s=wall,
@@ -122,11 +122,9 @@ def run_case(text: str, args: argparse.Namespace, peaks: dict[str, Any]) -> dict
     case["static_kernels"] = kernels
     tools: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("gpuws auto", lambda: bench_gpuws(w, mode="auto", target_ci=args.target_ci,
-                                           max_seconds=args.max_seconds, peaks=peaks,
-                                           warm_ms=args.warm_ms)),
+                                           max_seconds=args.max_seconds, peaks=peaks)),
         ("gpuws hot", lambda: bench_gpuws(w, mode="hot", target_ci=args.target_ci,
-                                          max_seconds=args.max_seconds, peaks=peaks,
-                                          warm_ms=args.warm_ms)),
+                                          max_seconds=args.max_seconds, peaks=peaks)),
     ]
     if not args.gpuws_only:
         tools += [("triton do_bench", lambda: bench_do_bench(w)),
@@ -164,8 +162,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target-ci", type=float, default=0.01)
     parser.add_argument("--max-seconds", type=float, default=10.0)
     parser.add_argument("--gpuws-only", action="store_true", help="skip triton and cupyx")
-    parser.add_argument("--warm-ms", type=float, default=WARM_MS,
-                        help="Tier 1's untimed GPU work before the first sample")
     args = parser.parse_args(argv)
     texts = ([f"builtin:{name}" for name in BUILTINS] if args.workloads == "all"
              else [t for t in args.workloads.split(",") if t])

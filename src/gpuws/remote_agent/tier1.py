@@ -9,8 +9,7 @@ How a run goes:
 1. ``warmup`` calls, so module loading, JIT compilation and library heuristics stay out
    of the numbers.
 2. An estimate of one call's time, from back-to-back calls so that launch latency is
-   amortised; then more untimed calls until about ``warm_ms`` (100 ms) of GPU work has
-   run, so clocks that dropped while the GPU waited for the host have come back up.
+   amortised.
 3. The mode. ``cold`` times each call alone under the conditions Nsight Compute measures
    in (``--cache-control all``): before every sample L2 is flushed *clean* (a read of a
    buffer twice its size, so the dirty lines of the last call are written back before
@@ -59,10 +58,6 @@ ROUND_MAX_SAMPLES = 256
 PROBE_MS = 1.0
 #: Slack added to a hold, for the event records and the launch of the hold itself.
 HOLD_MARGIN_MS = 0.02
-#: GPU work run untimed before the first sample (see :func:`timing_loop`).
-WARM_MS = 100.0
-#: At most this many extra warm-up calls (a 1 µs kernel would otherwise need 100,000).
-WARM_MAX_CALLS = 20000
 #: Cold samples wait this long on the GPU (a hold kernel) after the flush.
 COLD_GAP_MS = 1.0
 #: Timing modes a run may ask for; a result's ``mode`` is the one used (cold or hot).
@@ -236,7 +231,6 @@ def timing_loop(
     max_seconds: float = 10.0,
     min_samples: int = 10,
     warmup: int = 5,
-    warm_ms: float = WARM_MS,
     flush: Optional[Callable[[], None]] = None,
     hold: Optional[Callable[[float], None]] = None,
     clock: Callable[[], float] = time.perf_counter,
@@ -252,8 +246,6 @@ def timing_loop(
         max_seconds: ...or once this much wall time has passed (warm-up included).
         min_samples: Fewest samples before ``target_ci`` may stop the loop.
         warmup: Untimed calls before the estimate.
-        warm_ms: After the estimate, untimed calls until about this much GPU work has
-            run (``warmup`` calls count towards it; at most ``WARM_MAX_CALLS`` more).
         flush: Evicts L2 (needed for cold samples); called before each, outside its
             timed region. Without it ``auto`` runs hot.
         hold: Enqueues a GPU wait of the given ms: the ``COLD_GAP_MS`` before each cold
@@ -275,11 +267,6 @@ def timing_loop(
     for _ in range(max(0, warmup)):
         run()
     est = _estimate(run, timer, clock, hold)
-    # A GPU that waited for the host (setup, compilation, the estimate's syncs) may have
-    # lowered its clocks; they take tens of ms of work to come back.
-    extra = math.ceil(warm_ms / max(est.gpu_ms, 1e-6)) - max(0, warmup)
-    for _ in range(min(max(0, extra), WARM_MAX_CALLS)):
-        run()
     cold = mode == "cold" or (mode == "auto" and flush is not None
                               and est.gpu_ms >= BATCH_BELOW_MS)
     batch = 1
@@ -409,7 +396,6 @@ def run_tier1(
     max_seconds: float = 10.0,
     min_samples: int = 10,
     warmup: int = 5,
-    warm_ms: float = WARM_MS,
     l2_bytes: Optional[int] = None,
     peaks: Optional[Dict[str, Any]] = None,
     timer: Optional[Timer] = None,
@@ -429,7 +415,6 @@ def run_tier1(
         max_seconds: Wall-time budget.
         min_samples: Fewest samples before the CI may end sampling.
         warmup: Untimed calls first.
-        warm_ms: Untimed GPU work before the first sample (see :func:`timing_loop`).
         l2_bytes: L2 size for the flush buffer (``None``: read from the device).
         peaks: :func:`measure_peaks`'s dict, for % of peak; ``None`` leaves them out.
         timer: Stand-in timer (tests); default :class:`CupyEventTimer`.
@@ -475,7 +460,7 @@ def run_tier1(
                 "leaves L2 dirty and reads a few % slow on memory-bound calls")})
     result = timing_loop(
         workload.run, timer=timer, emit=emit, mode=loop_mode, target_ci=target_ci,
-        max_seconds=max_seconds, min_samples=min_samples, warmup=warmup, warm_ms=warm_ms,
+        max_seconds=max_seconds, min_samples=min_samples, warmup=warmup,
         flush=flush.fn if flush is not None and loop_mode != "hot" else None, hold=hold,
         clock=clock,
     )
