@@ -35,28 +35,19 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuws.kernels.registry import make_builtin, parse_workload
-from gpuws.remote_agent.tier1 import COLD_GAP_MS, CupyEventTimer, make_hold, make_l2_flush
+from gpuws.remote_agent.tier1 import (
+    COLD_GAP_MS,
+    CupyEventTimer,
+    make_hold,
+    make_l2_flush,
+    memset_flush,
+)
 
 WORKLOADS = ("builtin:saxpy", "builtin:copy?impl=kernel",
              "builtin:gemm?m=4096&n=4096&k=4096&dtype=fp16", "builtin:tiled_matmul?n=2048")
 TARGET = ("import sys, cupy\nfrom gpuws.kernels.registry import make_builtin, parse_workload\n"
           "ref = parse_workload(sys.argv[1])\nw = make_builtin(ref.target, ref.params)\n"
           "w.setup()\nfor _ in range(40): w.run()\ncupy.cuda.runtime.deviceSynchronize()\n")
-
-
-def make_memset_flush() -> Callable[[], None]:
-    """Tier 1's old cold flush: a memset of twice the L2 size (leaves L2 dirty)."""
-    import cupy
-
-    size = 2 * int(cupy.cuda.Device().attributes["L2CacheSize"])
-    buf = cupy.empty(size, dtype=cupy.uint8)
-    state = {"value": 0}
-
-    def flush() -> None:
-        state["value"] ^= 0xA5
-        buf.data.memset_async(state["value"], size)
-
-    return flush
 
 
 def sample(run: Callable[[], None], *, batch: int = 1, pre: Callable[[], None] | None = None,
@@ -111,8 +102,10 @@ def main() -> int:
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     args = ap.parse_args()
     hold = make_hold()
-    memset_flush = make_memset_flush()
-    clean_flush = make_l2_flush().fn
+    read = make_l2_flush()
+    clean_flush = read.fn
+    # Tier 1's old cold flush: a memset of a buffer the same size.
+    dirty_flush = memset_flush(cupy.empty(read.nbytes, dtype=cupy.uint8), read.nbytes)
     cases = []
     for text in args.workloads.split(","):
         ref = parse_workload(text)
@@ -124,7 +117,7 @@ def main() -> int:
         modes: dict[str, list[float]] = {
             "hot": sample(w.run),
             "hot_b16": sample(w.run, batch=16),
-            "memset_flush": sample(w.run, pre=memset_flush),
+            "memset_flush": sample(w.run, pre=dirty_flush),
             "clean_flush": sample(w.run, pre=clean_flush),
             "idle": sample(w.run, pre=lambda: hold(1.0)),
             "clean_flush_idle": sample(w.run, pre=lambda: (clean_flush(), hold(COLD_GAP_MS))),

@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from gpuws.kernels.registry import make_builtin, parse_workload
-from gpuws.remote_agent.ncu_cmd import DEFAULT_SECTIONS, build_ncu_argv
+from gpuws.remote_agent.ncu_cmd import build_ncu_argv
 from gpuws.remote_agent.ncu_output import NcuConsoleParser
 from gpuws.remote_agent.ncu_reader import read_ncu_rep
 
@@ -46,15 +46,20 @@ KINDS = {
 }
 
 
-def profile(ncu: str, workload: str, regex: str, ncu_set: str | None, tmp: str, *,
-            floor: bool = False) -> dict[str, Any]:
-    report = os.path.join(tmp, f"{abs(hash((workload, ncu_set, floor)))}")
+#: The one-pass floor: only the kernel's duration.
+ONE_PASS = ["gpu__time_duration.sum"]
+
+
+def profile(ncu: str, workload: str, regex: str, tmp: str, *, ncu_set: str | None = None,
+            sections: list[str] | None = None, metrics: list[str] | None = None,
+            label: str | None = None) -> dict[str, Any]:
+    """One ncu process on one launch; without a set, sections or metrics, gpuws's default."""
+    report = os.path.join(tmp, f"{abs(hash((workload, ncu_set, str(sections), str(metrics))))}")
     argv = build_ncu_argv(ncu, report_path=report,
                           target_argv=[sys.executable, "-c", TARGET, workload],
                           kernel_regex=regex, launch_skip=0, launch_count=1, ncu_set=ncu_set,
-                          sections=None if ncu_set or floor else list(DEFAULT_SECTIONS),
-                          replay_mode=None, clock_control="none", cache_control="all",
-                          metrics=["gpu__time_duration.sum"] if floor else None)
+                          sections=sections, replay_mode=None, clock_control="none",
+                          cache_control="all", metrics=metrics)
     argv[1:1] = ["--profile-from-start", "off"]
     t0 = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True)
@@ -68,7 +73,7 @@ def profile(ncu: str, workload: str, regex: str, ncu_set: str | None, tmp: str, 
     stalls = launches[0]["stalls"] if launches else []
     present = {k: all(m.get(x) is not None for x in keys) for k, keys in KINDS.items()}
     present["warp stalls"] = bool(stalls)
-    return {"set": "one pass" if floor else ncu_set or "gpuws default", "rc": proc.returncode,
+    return {"set": label or ncu_set or "gpuws default", "rc": proc.returncode,
             "wall_s": wall, "passes": sum(int(p.get("passes") or 0) for p in parser.profiled),
             "duration_ns": m.get("duration_ns"), "flops": m.get("flops"),
             "dram_bytes": m.get("dram_bytes"), "present": present,
@@ -105,9 +110,9 @@ def main() -> int:
             w = make_builtin(ref.target, ref.params)
             regex = w.kernel_regex or ""
             n = args.repeats
-            floor = repeated(n, args.ncu, wl, regex, None, tmp, floor=True)
-            default = repeated(n, args.ncu, wl, regex, None, tmp)
-            full = repeated(n, args.ncu, wl, regex, "full", tmp)
+            floor = repeated(n, args.ncu, wl, regex, tmp, metrics=ONE_PASS, label="one pass")
+            default = repeated(n, args.ncu, wl, regex, tmp)
+            full = repeated(n, args.ncu, wl, regex, tmp, ncu_set="full")
             beyond_d = default["wall_s"] - floor["wall_s"]
             beyond_f = full["wall_s"] - floor["wall_s"]
             rows.append({"workload": wl, "declared_flops": w.flops, "one_pass": floor,

@@ -159,6 +159,18 @@ class L2Flush(NamedTuple):
     method: str
 
 
+def memset_flush(buf: Any, size: int) -> Callable[[], None]:
+    """A flush that memsets ``size`` bytes of the CuPy array ``buf`` (leaves L2 dirty)."""
+    state = {"value": 0}
+
+    def memset() -> None:
+        # Alternate the byte so each flush really writes; enqueued, never waited on.
+        state["value"] ^= 0xA5
+        buf.data.memset_async(state["value"], size)
+
+    return memset
+
+
 def make_l2_flush(l2_bytes: Optional[int] = None) -> L2Flush:
     """A flush that evicts L2 by reading a zeroed buffer twice its size.
 
@@ -181,14 +193,7 @@ def make_l2_flush(l2_bytes: Optional[int] = None) -> L2Flush:
         kernel = cupy.RawKernel(_FLUSH_SRC, "gpuws_l2_read")
         kernel.compile()
     except Exception:  # CuPy's compile errors share no narrower base
-        state = {"value": 0}
-
-        def memset() -> None:
-            # Alternate the byte so each flush really writes; enqueued, never waited on.
-            state["value"] ^= 0xA5
-            buf.data.memset_async(state["value"], size)
-
-        return L2Flush(memset, size, "memset")
+        return L2Flush(memset_flush(buf, size), size, "memset")
     sink = cupy.zeros(1, dtype=cupy.uint32)
     grid = int(dev.attributes["MultiProcessorCount"]) * 4
     n16 = cupy.int64(size // 16)
@@ -197,6 +202,11 @@ def make_l2_flush(l2_bytes: Optional[int] = None) -> L2Flush:
         kernel((grid,), (512,), (buf, n16, sink))
 
     return L2Flush(read, size, "read")
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"unknown Tier 1 mode {mode!r}; one of {', '.join(MODES)}")
 
 
 class LoopResult(NamedTuple):
@@ -259,8 +269,7 @@ def timing_loop(
     Raises:
         ValueError: ``mode`` is unknown, or cold without a ``flush``.
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown Tier 1 mode {mode!r}; one of {', '.join(MODES)}")
+    _check_mode(mode)
     if mode == "cold" and flush is None:
         raise ValueError("cold samples need an L2 flush")
     t0 = clock()
@@ -429,8 +438,7 @@ def run_tier1(
     Raises:
         ValueError: ``mode`` is not one of :data:`MODES`.
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown Tier 1 mode {mode!r}; one of {', '.join(MODES)}")
+    _check_mode(mode)  # before the flush buffer is allocated
     if timer is None:
         timer = CupyEventTimer()
         if hold is None:
@@ -461,8 +469,7 @@ def run_tier1(
     result = timing_loop(
         workload.run, timer=timer, emit=emit, mode=loop_mode, target_ci=target_ci,
         max_seconds=max_seconds, min_samples=min_samples, warmup=warmup,
-        flush=flush.fn if flush is not None and loop_mode != "hot" else None, hold=hold,
-        clock=clock,
+        flush=flush.fn if flush is not None else None, hold=hold, clock=clock,
     )
     short = result.est_ms < BATCH_BELOW_MS
     if mode == "cold" and short:
