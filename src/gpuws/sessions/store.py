@@ -598,36 +598,53 @@ class Store:
             _upsert_artifact(cur, run_id, name, remote_path, size, sha256)
 
     def mark_pulled(self, run_id: str, name: str, local_path: Path | str,
-                    pulled_at: float | None = None, move_to: Path | None = None) -> None:
+                    pulled_at: float | None = None, move_to: Path | None = None, *,
+                    sha256: str | None = None, size: int | None = None) -> None:
         """Record that an artifact's copy is at ``local_path``, after checking its sha256.
 
         With ``move_to``, the checked file (a ``.part``) is renamed there first and that is
-        the path recorded: the rename happens only after the sha256 matched, and the file
-        is read once.
+        the path recorded: the rename happens only after the sha256 matched.
+
+        Args:
+            run_id: the artifact's run.
+            name: the artifact's name.
+            local_path: the copy on the laptop.
+            pulled_at: when it arrived (default: now).
+            move_to: rename the checked copy here and record that path.
+            sha256: the copy's digest, computed by the caller as its bytes were written
+                (with ``size``); the file is then not read again. Without them the file
+                is read and hashed here.
+            size: the copy's size in bytes (with ``sha256``).
 
         Raises:
             StoreError: the artifact is unknown.
             TransferError: the copy is missing or its sha256/size differs from the pod's;
                 the artifact is then marked ``sha256_mismatch``, never ``pulled``.
+            ValueError: only one of ``sha256`` and ``size`` was given.
         """
+        if (sha256 is None) != (size is None):
+            raise ValueError("mark_pulled: give both sha256 and size, or neither")
         row = self._conn.execute("SELECT size, sha256 FROM artifacts WHERE run_id = ? AND name = ?",
                                  (run_id, name)).fetchone()
         if row is None:
             raise StoreError(f"run {run_id!r} has no artifact named {name!r}")
-        size, expected = row
+        expected_size, expected = row
         local = Path(local_path)
-        try:
-            actual, actual_size = _sha256_file(local)
-        except OSError as exc:
-            raise TransferError(f"{name}: cannot read the pulled copy {local}: "
-                                f"{exc.strerror or exc}") from exc
-        if actual != expected or actual_size != size:
+        if sha256 is not None and size is not None:
+            actual, actual_size = sha256, size
+        else:
+            try:
+                actual, actual_size = _sha256_file(local)
+            except OSError as exc:
+                raise TransferError(f"{name}: cannot read the pulled copy {local}: "
+                                    f"{exc.strerror or exc}") from exc
+        if actual != expected or actual_size != expected_size:
             with self._transaction() as cur:
                 cur.execute("UPDATE artifacts SET status = 'sha256_mismatch', local_path = NULL,"
                             " pulled_at = NULL WHERE run_id = ? AND name = ?", (run_id, name))
             raise TransferError(
                 f"{name}: the pulled copy {local} has sha256 {actual} ({actual_size} bytes) but "
-                f"the pod reported {expected} ({size} bytes)",
+                f"the pod reported {expected} ({expected_size} bytes)",
                 remedy="pull it again; if it keeps differing the file changed on the pod")
         if move_to is not None:
             os.replace(local, move_to)
