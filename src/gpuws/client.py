@@ -17,6 +17,8 @@ from .framing import read_event_batches
 from .transport.base import RemoteProcess, Transport
 
 T = TypeVar("T")
+#: Bad lines kept as samples per link.
+MAX_BAD_SAMPLES = 100
 Listener = Callable[[protocol.Events | protocol.BadLine], None]
 
 
@@ -34,7 +36,10 @@ class AgentClient:
         self.deploy = deploy
         self.hello = deploy.hello
         self.python = python
+        #: The first bad lines (samples; the engine's boundary counts and reports them all).
         self.bad_lines: list[protocol.BadLine] = []
+        #: Every bad line seen on this link.
+        self.bad_line_count = 0
         self.stderr_tail: deque[str] = deque(maxlen=50)
         self._listeners: list[Listener] = []
         self._pending: dict[int, asyncio.Future[protocol.Events]] = {}
@@ -69,8 +74,12 @@ class AgentClient:
             async for batch in read_event_batches(self.proc.stdout, initial):
                 for ev in batch:
                     if isinstance(ev, protocol.BadLine):
-                        self.bad_lines.append(ev)
-                    elif ev.req is not None and ev.req in self._pending and ev.run_id is None:
+                        # Samples only: keeping every one grew without bound under a flood.
+                        self.bad_line_count += 1
+                        if len(self.bad_lines) < MAX_BAD_SAMPLES:
+                            self.bad_lines.append(ev)
+                    elif (ev.req is not None and ev.req in self._pending
+                            and ev.run_id is None):
                         fut = self._pending.pop(ev.req)
                         if not fut.done():
                             fut.set_result(ev)
@@ -141,16 +150,16 @@ class AgentClient:
     async def start_run(self, spec: protocol.RunSpec,
                         run_id: str | None = None) -> protocol.RunInfo:
         ev = await self.request(protocol.StartRun(req=self.next_req(), spec=spec, run_id=run_id))
-        return _expect(ev, protocol.RunList).runs[0]
+        return _first_run(ev)
 
     async def attach(self, run_id: str, from_seq: int = 0, follow: bool = True) -> protocol.RunInfo:
         ev = await self.request(protocol.Attach(req=self.next_req(), run_id=run_id,
                                                 from_seq=from_seq, follow=follow))
-        return _expect(ev, protocol.RunList).runs[0]
+        return _first_run(ev)
 
     async def cancel(self, run_id: str) -> protocol.RunInfo:
         ev = await self.request(protocol.Cancel(req=self.next_req(), run_id=run_id), timeout=30)
-        return _expect(ev, protocol.RunList).runs[0]
+        return _first_run(ev)
 
     async def list_runs(self) -> list[protocol.RunInfo]:
         ev = await self.request(protocol.ListRuns(req=self.next_req()))
@@ -191,4 +200,11 @@ def _expect(ev: protocol.Events, cls: type[T]) -> T:
     if not isinstance(ev, cls):
         raise ProtocolError(f"expected {cls.__name__}, got {type(ev).__name__}")
     return ev
+
+
+def _first_run(ev: protocol.Events) -> protocol.RunInfo:
+    runs = _expect(ev, protocol.RunList).runs
+    if not runs:
+        raise ProtocolError("the agent answered with an empty run list")
+    return runs[0]
 

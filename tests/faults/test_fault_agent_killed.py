@@ -1,11 +1,11 @@
 """The agent killed on the pod: ``serve`` (the link's end) or the run's worker.
 
-Over a real sshd, through the headless ``gpuws run`` path (``commands.run.Ingest``: the
-store first, then the console):
+Over a real sshd, through the laptop engine both faces use (``live.engine.Engine``: the
+boundary, the store first, then the face):
 
-- ``serve`` SIGKILLed mid-run, SERVE_KILLS times: the laptop says the link dropped and
-  how to resume (one clear ``ConnectError``), the worker goes on, and a re-attach from
-  the store's last seq completes the run with every event exactly once;
+- ``serve`` SIGKILLed mid-run, SERVE_KILLS times: the engine says the link dropped (one
+  clear line), reconnects by itself and re-attaches from the store's last seq; the worker
+  goes on, and the run completes with every event exactly once;
 - the worker (or its whole process group) SIGKILLed at a random moment, WORKER_KILLS
   runs: the run ends with ``run_finished`` *failed* saying the worker died, which the
   laptop records; what was recorded before stays.
@@ -21,8 +21,6 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
-
 from faults.figures import record  # type: ignore[import-not-found]
 from faults.helpers import (  # type: ignore[import-not-found]
     Recorder,
@@ -32,8 +30,9 @@ from faults.helpers import (  # type: ignore[import-not-found]
 )
 from gpuws import protocol
 from gpuws.client import AgentClient
-from gpuws.commands.run import Ingest, Printer
-from gpuws.errors import ConnectError
+from gpuws.live.engine import Engine, Notice, ReconnectPolicy
+from gpuws.live.link import Target
+from gpuws.live.storeio import StoreHandle
 from gpuws.sessions.store import Store
 from gpuws.transport.ssh import SSHTransport
 from sshd import SshServer  # type: ignore[import-not-found]
@@ -46,54 +45,60 @@ async def connect(cfg: Path) -> AgentClient:
     return await AgentClient.connect(SSHTransport("pod", config_file=str(cfg)))
 
 
-def test_serve_killed_is_reported_and_the_run_resumes(ssh_config: Path, sshd: SshServer,
-                                                      capsys: pytest.CaptureFixture[str]
+def test_serve_killed_is_reported_and_the_run_resumes(ssh_config: Path, sshd: SshServer
                                                       ) -> None:
     rng = random.Random(5)
     stop_file = sshd.pod_cache / f"stop-{uuid.uuid4().hex}"
-    store = Store()
-    sid = store.open_session("pod", "ssh", None, 1.0)
-    errors: list[ConnectError] = []
+    notices: list[Notice] = []
+    printed: list[protocol.Events] = []
 
-    async def go() -> str:
-        client = await connect(ssh_config)
-        ingest = Ingest(store, sid, Printer(as_json=False))
-        client.add_listener(ingest.listener)
-        run_id = (await client.start_run(ticker_spec(stop_file))).run_id
-        worker_pid = None
-        for _ in range(SERVE_KILLS):
-            await asyncio.sleep(rng.uniform(0.1, 0.4))
-            os.kill(client.hello.pid, signal.SIGKILL)  # serve, on the pod
-            with pytest.raises(ConnectError) as info:
-                await asyncio.wait_for(ingest.until_finished(run_id, client), 10)
-            errors.append(info.value)
-            await client.close()
-            worker_pid = worker_pid or store.events(run_id)[0].pid  # type: ignore[attr-defined]
-            assert alive(worker_pid), "killing serve must not touch the run"
-            client = await connect(ssh_config)
-            client.add_listener(ingest.listener)
-            info_ = await client.attach(run_id, from_seq=store.last_seq(run_id) + 1)
-            assert info_.status == "running"
-        stop_file.touch()
-        fin = await asyncio.wait_for(ingest.until_finished(run_id, client), 30)
-        assert fin.status == "ok"
-        await client.close()
-        return run_id
+    async def go() -> tuple[str, protocol.RunFinished]:
+        engine = Engine(StoreHandle(), on_notice=notices.append,
+                        on_batch=lambda b: printed.extend(b.events),
+                        reconnect=ReconnectPolicy(first_s=0.2, max_s=1.0, give_up_s=20))
+        try:
+            link = await engine.connect(Target("pod", ssh_config=str(ssh_config)))
+            run_id = (await engine.start_run(ticker_spec(stop_file))).run_id
+            worker_pid = None
+            for kill in range(SERVE_KILLS):
+                await asyncio.sleep(rng.uniform(0.1, 0.4))
+                os.kill(link.client.hello.pid, signal.SIGKILL)  # serve, on the pod
+                # The engine notices, reconnects by itself and re-attaches the run.
+                deadline = time.monotonic() + 15
+                while sum(n.kind == "reconnected" for n in notices) <= kill:
+                    assert time.monotonic() < deadline, notices
+                    await asyncio.sleep(0.05)
+                assert engine.link is not None and engine.link is not link
+                link = engine.link
+                events = await engine.store.call(lambda s: s.events(run_id))
+                worker_pid = worker_pid or events[0].pid  # type: ignore[attr-defined]
+                assert alive(worker_pid), "killing serve must not touch the run"
+            stop_file.touch()
+            fin = await asyncio.wait_for(engine.wait_finished(run_id), 30)
+            return run_id, fin
+        finally:
+            await engine.close()
+            await engine.store.close()
 
     t0 = time.monotonic()
-    run_id = asyncio.run(go())
-    capsys.readouterr()
-    for err in errors:
-        # One clear line, saying what happened and exactly how to resume.
-        assert err.title == "Connection lost"
-        assert "the run goes on there" in err.message
-        assert f"gpuws attach HOST {run_id}" in err.remedy
+    run_id, fin = asyncio.run(go())
+    assert fin.status == "ok"
+    lost = [n for n in notices if n.kind == "link_lost"]
+    assert len(lost) == SERVE_KILLS
+    for n in lost:  # one clear line each: what happened, and that the run goes on
+        assert "dropped" in n.message and "runs on the pod go on" in n.message
+    assert all(f"resumed {run_id} from event" in n.message
+               for n in notices if n.kind == "reconnected")
     pod = [protocol.decode_event(line) for line in pod_log(sshd.pod_cache, run_id)]
-    assert store.events(run_id) == pod
-    assert store.run(run_id).status == "ok"
-    store.close()
+    with Store() as store:
+        assert store.events(run_id) == pod  # every event, exactly once
+        assert store.run(run_id).status == "ok"
+        (session,) = store.sessions()
+        assert session.ended is not None  # one session across the reconnects, ended
+    # What the face was given: every event, in order, none twice.
+    assert sorted({e.seq for e in printed if e.run_id == run_id}) == list(range(len(pod)))
     record("serve_killed", trials=SERVE_KILLS, faults=SERVE_KILLS, events=len(pod),
-           lost=0, reported_clearly=len(errors), crashes=0,
+           lost=0, reported_clearly=len(lost), crashes=0,
            seconds=round(time.monotonic() - t0, 1))
 
 

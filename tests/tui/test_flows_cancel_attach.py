@@ -11,7 +11,7 @@ from pathlib import Path
 from gpuws import protocol
 from gpuws.sessions.store import Store
 from gpuws.tui.app import GpuwsApp, StartConnect
-from gpuws.tui.link import Target
+from gpuws.live.link import Target
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.pick_run import PickRunScreen
 from gpuws.tui.screens.run import RunScreen

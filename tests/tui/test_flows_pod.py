@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 from gpuws.sessions.store import Store
 from gpuws.tui.app import GpuwsApp, StartConnect
-from gpuws.tui.link import Target
+from gpuws.live.link import Target
 from gpuws.tui.messages import LinkDown, LinkUp
 from gpuws.tui.screens.connecting import ConnectingScreen
 from gpuws.tui.screens.dashboard import DashboardScreen

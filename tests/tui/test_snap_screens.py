@@ -22,13 +22,13 @@ from gpuws.remote_agent.ncu_select import select_ncu
 from gpuws.sessions.cost import economics
 from gpuws.sessions.store import Store
 from gpuws.tui.app import GpuwsApp, StartConnect, StartHome
-from gpuws.tui.link import Target
+from gpuws.live.link import Target
 from gpuws.tui.messages import EconomicsTick, NcuPlanReady, TelemetryTick
 from gpuws.tui.screens.connecting import ConnectingScreen
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.launcher import LauncherScreen
 from gpuws.tui.screens.sessions import SessionsScreen
-from gpuws.tui.telemetry import TelemetryHistory
+from gpuws.live.telemetry import TelemetryHistory
 from tui.tuikit import FIXTURES, fill_store, h200_probe  # type: ignore[import-not-found]
 
 FIXED_NOW = 1_795_270_000.0

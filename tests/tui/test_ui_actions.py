@@ -14,8 +14,8 @@ from gpuws.tui.screens.confirm import ConfirmScreen
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.results import ResultsScreen
 from gpuws.tui.screens.run import RunScreen
-from gpuws.tui.storeio import StoreHandle
-from gpuws.tui.telemetry import TelemetryHistory
+from gpuws.live.storeio import StoreHandle
+from gpuws.live.telemetry import TelemetryHistory
 from tui.tuikit import RECORDING, h200_probe, until  # type: ignore[import-not-found]
 
 UBUNTU = 'ID=ubuntu\nVERSION_ID="24.04"\n'

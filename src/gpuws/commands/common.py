@@ -35,8 +35,11 @@ async def connect(args: argparse.Namespace) -> AgentClient:
     return await AgentClient.connect(transport, python=args.python)
 
 
-def console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+def console(stderr: bool = False, markup: bool = True) -> Console:
+    """A console for people. ``markup=False`` for anything that prints pod text: no
+    ``[...]`` is parsed then, so only :class:`rich.text.Text` styles show."""
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, markup=markup,
+                   emoji=markup)
 
 
 def print_json(data: Any) -> None:

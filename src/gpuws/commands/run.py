@@ -1,7 +1,8 @@
 """``gpuws run``, ``attach``, ``cancel``, ``runs``: profiling runs from scripts and CI.
 
-Every event the laptop receives goes through the store first (``ingest_many``), then to
-the console: what is printed is what was recorded.
+Arguments and printing only: connecting, checking, storing, reconnecting and pulling are
+the laptop engine's (:mod:`gpuws.live.engine`), the same one the TUI uses. Every event is
+stored before it is printed, so what is printed is what was recorded.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -19,13 +21,15 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import protocol, runspec
-from ..client import AgentClient
-from ..config import load_config
-from ..errors import ConnectError, RunError, UsageError
-from ..sessions.artifacts import pull_run
+from ..errors import ConnectError, RunError, StoreError, UsageError
+from ..live.engine import Engine, Notice
+from ..live.feed import Batch
+from ..live.link import Target
+from ..live.storeio import StoreHandle
 from ..sessions.compare import compare_runs, regression_gate, render_comparison
-from ..sessions.cost import resolve_budget, resolve_rate
 from ..sessions.store import Store
+from ..textsafe import text as safe
+from ..textsafe import visible
 from .common import add_connection_args, connect, console, print_json
 
 
@@ -84,13 +88,36 @@ def build_spec(args: argparse.Namespace) -> protocol.RunSpec:
 
 
 class Printer:
-    """Renders recorded events for a person (or as NDJSON with --json)."""
+    """Renders recorded events for a person (or as NDJSON with --json).
+
+    Every string that came from the pod goes through :mod:`gpuws.textsafe`, and the
+    console never parses markup: a workload printing ``[/]`` or an escape sequence is
+    shown as those characters. Events are printed once each, in ``seq`` order, however
+    often they arrive (a backfill from the store, then the live stream).
+    """
 
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
-        self.out = console()
+        self.out = console(markup=False)
+        self.err = console(stderr=True, markup=False)
         self.samples = 0
         self._last_progress = ""
+        self._printed: dict[str, int] = {}
+
+    def batch(self, batch: Batch) -> None:
+        """The engine's ``on_batch``: print each event not printed before."""
+        for ev in batch.events:
+            run_id, seq = ev.run_id, ev.seq
+            if run_id is not None and seq is not None:
+                if seq <= self._printed.get(run_id, -1):
+                    continue
+                self._printed[run_id] = seq
+            self.show(ev)
+
+    def notice(self, notice: Notice) -> None:
+        """The engine's ``on_notice``: one line on stderr."""
+        style = {"error": "red", "warning": "yellow"}.get(notice.severity, "dim")
+        self.err.print(Text(f"gpuws: {notice.message}", style=style))
 
     def show(self, ev: protocol.Events) -> None:
         if self.as_json:
@@ -99,16 +126,22 @@ class Printer:
         o = self.out
         match ev:
             case protocol.RunStarted():
-                o.print(f"[bold]run {ev.run_id}[/] on {ev.hostname}: {ev.spec.workload}")
+                o.print(Text.assemble(("run ", "bold"), (ev.run_id or "", "bold"), " on ",
+                                      safe(ev.hostname), ": ", safe(ev.spec.workload)))
             case protocol.TierStarted():
-                cmd = f"  [dim]$ {' '.join(ev.argv)}[/]" if ev.argv else ""
-                o.print(f"[cyan]▶ tier {ev.tier}[/] {ev.name}{cmd}")
+                line = Text.assemble((f"▶ tier {ev.tier} ", "cyan"), safe(ev.name))
+                if ev.argv:
+                    line.append_text(safe("  $ " + " ".join(ev.argv), "dim"))
+                o.print(line)
             case protocol.TierFinished():
                 colour = {"ok": "green", "skipped": "yellow", "fallback": "yellow"}.get(
                     ev.status, "red")
                 gpu = f", GPU {ev.gpu_s:.3f} s" if ev.gpu_s else ""
-                why = f" — {ev.reason}" if ev.reason else ""
-                o.print(f"[{colour}]■ tier {ev.tier} {ev.status}[/] in {ev.wall_s:.1f} s{gpu}{why}")
+                line = Text.assemble((f"■ tier {ev.tier} ", colour), safe(ev.status, colour),
+                                     f" in {ev.wall_s:.1f} s{gpu}")
+                if ev.reason:
+                    line.append_text(Text.assemble(" — ", safe(ev.reason)))
+                o.print(line)
             case protocol.Samples():
                 self.samples += len(ev.values_ms)
             case protocol.Tier1Result():
@@ -116,51 +149,58 @@ class Printer:
             case protocol.KernelTable():
                 o.print(kernel_table(ev))
             case protocol.NcuProgress():
-                line = f"{ev.kernel}: {ev.percent}%" + (f" · {ev.passes} passes" if ev.passes
-                                                         else "")
-                if ev.done and line != self._last_progress:
-                    o.print(f"  ncu {line}")
-                self._last_progress = line
+                progress = f"{visible(ev.kernel, 200)}: {ev.percent}%" + (
+                    f" · {ev.passes} passes" if ev.passes else "")
+                if ev.done and progress != self._last_progress:
+                    o.print(Text(f"  ncu {progress}"))
+                self._last_progress = progress
             case protocol.KernelMetrics():
                 o.print(metrics_table(ev))
             case protocol.RuleFindings():
                 for r in sorted(ev.rules, key=lambda r: -(r.est_speedup_pct or 0))[:8]:
                     sp = f" (est. speedup {r.est_speedup_pct:.0f}%)" if r.est_speedup_pct else ""
-                    o.print(f"  [magenta]{r.rule}[/]{sp}: {r.message[:300]}")
+                    o.print(Text.assemble("  ", safe(r.rule, "magenta"), sp, ": ",
+                                          safe(r.message, limit=300)))
             case protocol.StaticAnalysis():
                 occ = ev.theoretical_occupancy_pct
-                o.print(f"  static: {ev.kernel}: {ev.registers_per_thread} regs/thread, "
-                        f"{ev.shared_mem_per_block} B smem/block, {ev.local_mem_per_thread} B "
-                        f"local, theoretical occupancy "
-                        f"{'—' if occ is None else f'{occ:.0f}%'} ({ev.limiter or '—'})")
+                o.print(Text.assemble(
+                    "  static: ", safe(ev.kernel, limit=200),
+                    f": {ev.registers_per_thread} regs/thread, {ev.shared_mem_per_block} B "
+                    f"smem/block, {ev.local_mem_per_thread} B local, theoretical occupancy "
+                    f"{'—' if occ is None else f'{occ:.0f}%'} (", safe(ev.limiter or "—"), ")"))
             case protocol.Diagnosis():
                 colour = {"error": "red", "warning": "yellow"}.get(ev.severity, "blue")
-                o.print(f"[{colour} bold]! {ev.title}[/]: {ev.cause}")
+                o.print(Text.assemble(("! ", colour + " bold"), safe(ev.title, colour + " bold"),
+                                      ": ", safe(ev.cause)))
                 if ev.meaning:
-                    o.print(f"  {ev.meaning}")
+                    o.print(Text.assemble("  ", safe(ev.meaning)))
                 for remedy in ev.remedies:
-                    o.print(f"  → {remedy}")
+                    o.print(Text.assemble("  → ", safe(remedy)))
                 if ev.unmeasured:
-                    o.print(f"  not measured: {', '.join(ev.unmeasured)}")
+                    o.print(Text.assemble("  not measured: ", safe(", ".join(ev.unmeasured))))
             case protocol.Artifact():
-                o.print(f"  artifact {ev.name} ({ev.size} B, sha256 {ev.sha256[:16]}…)")
+                o.print(Text.assemble("  artifact ", safe(ev.name),
+                                      f" ({ev.size} B, sha256 {visible(ev.sha256, 16)[:16]}…)"))
             case protocol.Output():
-                o.print(Text.assemble((f"  {ev.stream}│ ", "dim"), ev.text), highlight=False)
+                o.print(Text.assemble((f"  {visible(ev.stream, 10)}│ ", "dim"), safe(ev.text)))
             case protocol.Log():
                 if ev.level != "debug":
-                    o.print(f"  [dim]{ev.level}: {ev.message}[/]")
+                    o.print(safe(f"  {ev.level}: {ev.message}", "dim"))
             case protocol.RunFinished():
                 colour = "green" if ev.status == "ok" else "red"
-                err = f" — {ev.error}" if ev.error else ""
-                o.print(f"[{colour} bold]run {ev.status}[/] in {ev.wall_s:.1f} s{err}")
+                line = Text.assemble((f"run {ev.status}", colour + " bold"),
+                                     f" in {ev.wall_s:.1f} s")
+                if ev.error:
+                    line.append_text(Text.assemble(" — ", safe(ev.error)))
+                o.print(line)
             case _:
                 pass
 
 
 def tier1_table(ev: protocol.Tier1Result) -> Table:
     s = ev.stats
-    t = Table(title=f"Tier 1 · CUDA events · {ev.mode}, batch {ev.batch} · {ev.stop_reason}",
-              title_justify="left")
+    t = Table(title=visible(f"Tier 1 · CUDA events · {ev.mode}, batch {ev.batch} · "
+                            f"{ev.stop_reason}"), title_justify="left")
     for col in ("n", "median", "95% CI", "mean", "stdev", "min", "p5", "p95"):
         t.add_column(col, justify="right")
     t.add_row(str(s.n), f"{s.median_ms:.4f} ms",
@@ -169,7 +209,8 @@ def tier1_table(ev: protocol.Tier1Result) -> Table:
               f"{s.p95_ms:.4f}")
     rates = []
     if ev.gbps is not None:
-        pct = f" ({ev.pct_peak_bw:.0f}% of {ev.peak_gbps:.0f} GB/s {ev.peak_source or ''})" \
+        source = visible(ev.peak_source or "", 40)
+        pct = f" ({ev.pct_peak_bw:.0f}% of {ev.peak_gbps:.0f} GB/s {source})" \
             if ev.pct_peak_bw is not None and ev.peak_gbps else ""
         rates.append(f"{ev.gbps:.1f} GB/s{pct}")
     if ev.tflops is not None:
@@ -182,12 +223,13 @@ def tier1_table(ev: protocol.Tier1Result) -> Table:
 
 
 def kernel_table(ev: protocol.KernelTable) -> Table:
-    t = Table(title=f"Tier 2 · kernels by GPU time · {ev.source}", title_justify="left")
+    t = Table(title=f"Tier 2 · kernels by GPU time · {visible(ev.source, 80)}",
+              title_justify="left")
     for col in ("kernel", "calls", "total", "mean", "share"):
         t.add_column(col, justify="left" if col == "kernel" else "right",
                      overflow="fold" if col == "kernel" else "ellipsis")
     for k in ev.kernels[:10]:
-        t.add_row(k.name[:120], str(k.calls), f"{k.total_ns / 1e6:.3f} ms",
+        t.add_row(safe(k.name, limit=120), str(k.calls), f"{k.total_ns / 1e6:.3f} ms",
                   f"{k.mean_ns / 1e3:.1f} µs", f"{k.share_pct:.1f}%")
     return t
 
@@ -209,178 +251,152 @@ METRIC_LABELS: list[tuple[str, str, Callable[[float], str]]] = [
 
 
 def metrics_table(ev: protocol.KernelMetrics) -> Table:
-    t = Table(title=f"Tier 3 · {ev.kernel[:100]} · launch {ev.launch}", title_justify="left")
+    t = Table(title=f"Tier 3 · {visible(ev.kernel, 100)} · launch {ev.launch}",
+              title_justify="left")
     t.add_column("metric")
     t.add_column("value", justify="right")
     for key, label, fmt in METRIC_LABELS:
         v = ev.metrics.get(key)
         t.add_row(label, "—" if v is None else fmt(v))
     if ev.stalls:
-        t.caption = "top stalls: " + ", ".join(f"{s.reason} {s.pct:.0f}%" for s in ev.stalls[:4])
+        t.caption = "top stalls: " + ", ".join(f"{visible(s.reason, 60)} {s.pct:.0f}%"
+                                               for s in ev.stalls[:4])
     return t
 
 
-class Ingest:
-    """Store first, then show; batches so a fast stream costs one transaction per batch."""
-
-    def __init__(self, store: Store, session_id: str, printer: Printer) -> None:
-        self.store, self.session_id, self.printer = store, session_id, printer
-        self.queue: asyncio.Queue[protocol.Events | None] = asyncio.Queue()
-        self.finished: dict[str, protocol.RunFinished] = {}
-        self.last_seq: dict[str, int] = {}
-
-    def listener(self, ev: protocol.Events | protocol.BadLine) -> None:
-        if isinstance(ev, protocol.BadLine):
-            self.printer.out.print(f"[yellow]bad line from the agent skipped: {ev.reason}[/]")
-            return
-        if ev.run_id is not None:
-            self.queue.put_nowait(ev)
-
-    async def until_finished(self, run_id: str, client: AgentClient) -> protocol.RunFinished:
-        closed = asyncio.create_task(client.wait_closed())
-        try:
-            while run_id not in self.finished:
-                getter = asyncio.create_task(self.queue.get())
-                done, _ = await asyncio.wait({getter, closed}, return_when=asyncio.FIRST_COMPLETED)
-                if getter not in done:
-                    getter.cancel()
-                    self.drain()
-                    if run_id in self.finished:
-                        break
-                    raise ConnectError(
-                        "the link to the pod dropped; the run goes on there",
-                        title="Connection lost",
-                        remedy=f"gpuws attach HOST {run_id} (resumes after seq "
-                               f"{self.last_seq.get(run_id, -1)})")
-                batch = [getter.result()]
-                while not self.queue.empty():
-                    batch.append(self.queue.get_nowait())
-                self.handle([e for e in batch if e is not None])
-        finally:
-            closed.cancel()
-        return self.finished[run_id]
-
-    def drain(self) -> None:
-        batch = []
-        while not self.queue.empty():
-            item = self.queue.get_nowait()
-            if item is not None:
-                batch.append(item)
-        self.handle(batch)
-
-    def handle(self, batch: list[protocol.Events]) -> None:
-        if not batch:
-            return
-        self.store.ingest_many(self.session_id, batch)
-        for ev in batch:
-            assert ev.run_id is not None
-            self.last_seq[ev.run_id] = max(self.last_seq.get(ev.run_id, -1), ev.seq or 0)
-            self.printer.show(ev)
-            if isinstance(ev, protocol.RunFinished):
-                self.finished[ev.run_id] = ev
+def target_of(args: argparse.Namespace) -> Target:
+    """Where to connect, from the connection arguments every pod command shares."""
+    return Target(args.host, ssh_config=args.ssh_config, port=args.port, user=args.user,
+                  python=args.python, rate=getattr(args, "rate", None),
+                  accept_new=args.accept_new, pty=True if getattr(args, "pty", False) else None)
 
 
-async def open_session(args: argparse.Namespace, client: AgentClient, store: Store) -> str:
-    cfg = load_config()
-    rate = resolve_rate(getattr(args, "rate", None), args.host, cfg)
-    budget = resolve_budget(None, args.host, cfg)
-    probe = await client.probe()
-    sid = store.open_session(args.host, client.transport.info.kind
-                             + ("+sftp" if client.transport.info.sftp else ""),
-                             probe, rate, budget)
-    now = time.time()
-    store.add_phase(sid, None, "connect", now - client.deploy.deploy_s
-                    - (client.transport.info.connect_s or 0.0), now)
-    return sid
+def make_engine(args: argparse.Namespace, printer: Printer) -> Engine:
+    """The laptop engine with this command's printer as its face."""
+    progress = None if args.no_pull or args.json else _PullBar()
+    return Engine(StoreHandle(), on_batch=printer.batch, on_notice=printer.notice,
+                  auto_pull=not args.no_pull, pull_progress=progress)
 
 
-async def finish_run(args: argparse.Namespace, client: AgentClient, store: Store, sid: str,
-                     run_id: str, fin: protocol.RunFinished) -> int:
-    out = console()
-    if not args.no_pull:
-        arts = [a for a in store.artifacts(run_id) if a.status != "pulled"]
-        if arts:
+class _PullBar:
+    """Pull progress on stderr (a Rich bar), started at the first byte."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+        self._tasks: dict[str, Any] = {}
+
+    def __call__(self, name: str, done: int, total: int) -> None:
+        if self._bar is None:
             from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-            with Progress("{task.description}", BarColumn(), DownloadColumn(),
-                          TransferSpeedColumn(), console=console(stderr=True),
-                          transient=True) as bar:
-                tasks: dict[str, Any] = {}
+            self._bar = Progress("{task.description}", BarColumn(), DownloadColumn(),
+                                 TransferSpeedColumn(), console=console(stderr=True),
+                                 transient=True)
+            self._bar.start()
+        if name not in self._tasks:
+            self._tasks[name] = self._bar.add_task(visible(name, 60), total=total)
+        self._bar.update(self._tasks[name], completed=done)
+        if done >= total and all(t.finished for t in self._bar.tasks):
+            self._bar.stop()
+            self._bar, self._tasks = None, {}
 
-                def progress(name: str, done: int, total: int) -> None:
-                    if name not in tasks:
-                        tasks[name] = bar.add_task(name, total=total)
-                    bar.update(tasks[name], completed=done)
 
-                for res in await pull_run(client, store, sid, run_id, progress):
-                    out.print(f"  pulled {res.name} → {res.local_path}")
+async def finish_run(args: argparse.Namespace, engine: Engine, run_id: str,
+                     fin: protocol.RunFinished) -> int:
+    """After a run: its pulled artifacts, the baseline comparison and the gate."""
+    out = console()
+    outcome = await engine.settled(run_id)
+    for res in outcome.results:
+        out.print(Text(f"  pulled {visible(res.name)} → {res.local_path}"))
     code = 0 if fin.status == "ok" else RunError.exit_code
-    if args.baseline:
-        store.set_baseline_of(run_id, store.run(args.baseline).run_id)
-        cmp = compare_runs(store, store.run(args.baseline).run_id, run_id)
+    if outcome.error is not None:
+        code = code or outcome.error.exit_code
+    if getattr(args, "baseline", None):
+        baseline = args.baseline
+
+        def compare(s: Store) -> Any:
+            base = s.run(baseline).run_id
+            s.set_baseline_of(run_id, base)
+            return compare_runs(s, base, run_id)
+
+        cmp = await engine.store.call(compare)
         render_comparison(cmp, out)
         if args.fail_if_slower is not None:
             failed, message = regression_gate(cmp, args.fail_if_slower)
-            out.print(("[red bold]" if failed else "[green]") + message + "[/]")
+            out.print(Text(message, style="red bold" if failed else "green"))
             if failed:
                 code = code or 10
     return code
+
+
+async def _follow(args: argparse.Namespace, engine: Engine, run_id: str) -> int:
+    """Wait for the run (through reconnects), then pull and compare; Ctrl-C detaches."""
+    try:
+        fin = await engine.wait_finished(run_id)
+    except asyncio.CancelledError:
+        console(stderr=True).print(Text(f"detached; the run goes on: gpuws attach "
+                                        f"{visible(args.host)} {run_id}"))
+        return 130
+    except ConnectError as exc:
+        last = await engine.store.call(lambda s: s.last_seq(run_id))
+        raise ConnectError(exc.message, title=exc.title,
+                           remedy=f"gpuws attach {visible(args.host)} {run_id} (resumes after "
+                                  f"event {last})") from exc
+    return await finish_run(args, engine, run_id, fin)
+
+
+def _on_sigterm(task: asyncio.Task[Any] | None) -> None:
+    """SIGTERM ends the command like Ctrl-C: stored events kept, the session ended."""
+    if task is not None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
 
 
 async def run(args: argparse.Namespace) -> int:
     spec = build_spec(args)
     if args.fail_if_slower is not None and not args.baseline:
         raise UsageError("--fail-if-slower needs --baseline RUN_ID")
-    client = await connect(args)
-    store = Store()
-    sid: str | None = None
+    printer = Printer(args.json)
+    engine = make_engine(args, printer)
+    _on_sigterm(asyncio.current_task())
     try:
-        sid = await open_session(args, client, store)
-        ingest = Ingest(store, sid, Printer(args.json))
-        client.add_listener(ingest.listener)
-        info = await client.start_run(spec)
+        await engine.connect(target_of(args))
+        info = await engine.start_run(spec)
         if args.detach:
             await asyncio.sleep(0.2)
-            ingest.drain()
-            console(stderr=True).print(f"started {info.run_id}; follow it with "
-                                       f"`gpuws attach {args.host} {info.run_id}`")
-            sys.stdout.write(info.run_id + "\n") if not args.json else None
+            await engine.drained()
+            console(stderr=True).print(Text(f"started {info.run_id}; follow it with "
+                                            f"`gpuws attach {visible(args.host)} "
+                                            f"{info.run_id}`"))
+            if not args.json:
+                sys.stdout.write(info.run_id + "\n")
             return 0
-        try:
-            fin = await ingest.until_finished(info.run_id, client)
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            ingest.drain()
-            console(stderr=True).print(f"detached; the run goes on: "
-                                       f"gpuws attach {args.host} {info.run_id}")
-            return 130
-        return await finish_run(args, client, store, sid, info.run_id, fin)
+        return await _follow(args, engine, info.run_id)
     finally:
-        if sid is not None:
-            store.end_session(sid)
-        store.close()
-        await client.close()
+        await engine.close()
+        await engine.store.close()
 
 
 async def attach(args: argparse.Namespace) -> int:
-    client = await connect(args)
-    store = Store()
+    printer = Printer(args.json)
+    engine = make_engine(args, printer)
+    _on_sigterm(asyncio.current_task())
     try:
-        known = None
-        with contextlib.suppress(Exception):
-            known = store.run(args.run_id)
-        sid = known.session_id if known else await open_session(args, client, store)
-        run_id = known.run_id if known else args.run_id
-        from_seq = args.from_seq if args.from_seq is not None else store.last_seq(run_id) + 1
-        ingest = Ingest(store, sid, Printer(args.json))
-        client.add_listener(ingest.listener)
-        await client.attach(run_id, from_seq=from_seq)
-        fin = await ingest.until_finished(run_id, client)
-        if not known:
-            args.baseline = None
-        return await finish_run(args, client, store, sid, run_id, fin)
+        await engine.connect(target_of(args))
+        run_id = await engine.store.call(lambda s: _known_run(s, args.run_id))
+        await engine.attach(run_id, from_seq=args.from_seq)
+        return await _follow(args, engine, run_id)
     finally:
-        store.close()
-        await client.close()
+        await engine.close()
+        await engine.store.close()
+
+
+def _known_run(store: Store, run_id: str) -> str:
+    """The full id of a stored run given by prefix, or the id as typed (a run not stored yet)."""
+    try:
+        return store.run(run_id).run_id
+    except StoreError:
+        return run_id
 
 
 async def cancel(args: argparse.Namespace) -> int:
@@ -389,7 +405,7 @@ async def cancel(args: argparse.Namespace) -> int:
         info = await client.cancel(args.run_id)
     finally:
         await client.close()
-    console().print(f"{info.run_id}: {info.status}")
+    console(markup=False).print(Text(f"{visible(info.run_id)}: {visible(info.status)}"))
     return 0
 
 
@@ -402,13 +418,14 @@ async def runs(args: argparse.Namespace) -> int:
     if args.json:
         print_json(msgspec.to_builtins(items))
         return 0
-    t = Table(title=f"runs on {args.host}", title_justify="left")
+    t = Table(title=f"runs on {visible(args.host)}", title_justify="left")
     for col in ("run id", "status", "started", "events", "workload"):
         t.add_column(col)
     for r in items:
-        t.add_row(r.run_id, r.status, time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started)),
-                  str(r.last_seq + 1), r.workload[:60])
-    console().print(t)
+        t.add_row(safe(r.run_id), safe(r.status), time.strftime(
+            "%Y-%m-%d %H:%M", time.localtime(r.started if 0 <= r.started < 4e9 else 0)),
+            str(r.last_seq + 1), safe(r.workload, limit=60))
+    console(markup=False).print(t)
     return 0
 
 
@@ -416,11 +433,11 @@ async def ncu(args: argparse.Namespace) -> int:
     if args.install and not args.yes:
         raise UsageError("--install changes the pod; add --yes to confirm")
     client = await connect(args)
-    out = console()
+    out = console(markup=False)
 
     def show_log(ev: protocol.Events | protocol.BadLine) -> None:
         if isinstance(ev, protocol.Log):
-            out.print(f"[dim]{ev.message}[/]", markup=True)
+            out.print(safe(ev.message, "dim"))
 
     client.add_listener(show_log)
     try:
@@ -430,26 +447,25 @@ async def ncu(args: argparse.Namespace) -> int:
     if args.json:
         print_json(msgspec.to_builtins(plan))
         return 0
-    out.print(f"driver {plan.driver or '—'} (CUDA {plan.cuda_driver or '—'}), GPU arch "
-              f"{plan.arch or '—'}")
+    out.print(Text(visible(f"driver {plan.driver or '—'} (CUDA {plan.cuda_driver or '—'}), "
+                           f"GPU arch {plan.arch or '—'}")))
     t = Table(title="Nsight Compute installs", title_justify="left")
     for col in ("version", "path", "fits", "why"):
         t.add_column(col)
     for c in plan.choices:
-        t.add_row(c.version or "?", c.path, "[green]yes[/]" if c.compatible else "[red]no[/]",
-                  c.reason)
+        t.add_row(safe(c.version or "?"), safe(c.path),
+                  Text("yes", "green") if c.compatible else Text("no", "red"), safe(c.reason))
     out.print(t)
     if plan.selected:
-        out.print(f"[green bold]selected[/] {plan.selected} ({plan.selected_version}): "
-                  f"{plan.reason}")
+        out.print(Text.assemble(("selected", "green bold"), " ", safe(
+            f"{plan.selected} ({plan.selected_version}): {plan.reason}")))
     else:
-        out.print(f"[red bold]none fits[/]: {plan.reason}")
+        out.print(Text.assemble(("none fits", "red bold"), ": ", safe(plan.reason)))
     if plan.install_plan and not plan.installed:
-        out.print(f"install plan for {plan.install_target_version} "
-                  "(runs only with --install --yes):")
+        out.print(safe(f"install plan for {plan.install_target_version} "
+                       "(runs only with --install --yes):"))
         for step in plan.install_plan:
-            out.print("  $ " + " ".join(step), markup=False)
+            out.print(safe("  $ " + " ".join(step)))
     if plan.verified:
-        out.print(f"[green]verified[/]: {plan.verified}")
+        out.print(Text.assemble(("verified", "green"), ": ", safe(plan.verified)))
     return 0 if plan.selected else 11
-

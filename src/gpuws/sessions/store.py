@@ -353,6 +353,21 @@ class Store:
                         (time.time() if ended is None else ended,
                          self._require_session(cur, session_id)))
 
+    def open_sessions(self) -> list[str]:
+        """Ids of the sessions not ended yet (live, or left open by a killed process)."""
+        return [str(r[0]) for r in self._conn.execute(
+            "SELECT id FROM sessions WHERE ended IS NULL ORDER BY started")]
+
+    def last_activity(self, session_id: str) -> float:
+        """When the session last did anything: its newest event or phase, else its start."""
+        row = self._conn.execute(
+            "SELECT MAX(t) FROM (SELECT started AS t FROM sessions WHERE id = ?"
+            " UNION ALL SELECT MAX(e.ts) FROM events e JOIN runs r ON r.run_id = e.run_id"
+            "  WHERE r.session_id = ?"
+            " UNION ALL SELECT MAX(COALESCE(ended, started)) FROM phases WHERE session_id = ?)",
+            (session_id, session_id, session_id)).fetchone()
+        return float(row[0])
+
     def sessions(self) -> list[SessionRow]:
         """Every session, newest first."""
         rows = self._conn.execute(_SESSION_SELECT + " ORDER BY s.started DESC").fetchall()
@@ -373,7 +388,8 @@ class Store:
         """Store one event (see :meth:`ingest_many`). Returns True if it was new."""
         return self.ingest_many(session_id, (event,)) == 1
 
-    def ingest_many(self, session_id: str, events: Iterable[Ingestible]) -> int:
+    def ingest_many(self, session_id: str, events: Iterable[Ingestible],
+                    conflicts: list[tuple[str, int]] | None = None) -> int:
         """Store a batch of events in one transaction (committed when this returns).
 
         Run events (``run_id`` and ``seq`` set, a type in ``protocol.RUN_EVENT_TYPES``) go
@@ -381,6 +397,10 @@ class Store:
         sets the session's probe; a diagnosis without a run is kept for the session.
         Other events (telemetry, pongs, …) are not stored. A raw line that does not
         decode is not stored either: the transport reports bad lines where it frames them.
+
+        A repeat of a stored ``(run_id, seq)`` with the same body is a resend (after an
+        attach) and is ignored; with a different body it is a forgery or a corrupt log,
+        also not stored, and named in ``conflicts`` when a list is given.
 
         Returns:
             How many events were recorded that had not been before.
@@ -392,11 +412,12 @@ class Store:
         with self._transaction() as cur:
             self._require_session(cur, session_id)
             for item in events:
-                if self._ingest_one(cur, session_id, item):
+                if self._ingest_one(cur, session_id, item, conflicts):
                     new += 1
         return new
 
-    def _ingest_one(self, cur: sqlite3.Cursor, session_id: str, item: Ingestible) -> bool:
+    def _ingest_one(self, cur: sqlite3.Cursor, session_id: str, item: Ingestible,
+                    conflicts: list[tuple[str, int]] | None = None) -> bool:
         if isinstance(item, bytes):
             body = item.rstrip(b"\r\n")
             decoded = protocol.decode_event(body)
@@ -413,7 +434,13 @@ class Store:
         cur.execute("INSERT OR IGNORE INTO events(run_id, seq, type, ts, body)"
                     " VALUES (?, ?, ?, ?, ?)", (run_id, seq, tag, event.ts, body))
         if cur.rowcount != 1:
-            return False  # already stored: a resend after Attach
+            # Already stored: a resend after Attach, unless the body differs.
+            if conflicts is not None:
+                row = cur.execute("SELECT body FROM events WHERE run_id = ? AND seq = ?",
+                                  (run_id, seq)).fetchone()
+                if row is not None and bytes(row[0]) != body:
+                    conflicts.append((run_id, seq))
+            return False
         if run_id not in self._known_runs:
             cur.execute("INSERT OR IGNORE INTO runs(run_id, session_id, status, started)"
                         " VALUES (?, ?, 'running', ?)", (run_id, session_id, event.ts))

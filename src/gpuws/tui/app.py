@@ -1,9 +1,10 @@
 """The gpuws Textual app: screens, routing, and the one place worker failures are handled.
 
 Everything that touches SSH or the disk runs as an async worker on the app's loop
-(``workers.py``); workers only post typed messages. Every run event goes through
-:class:`~gpuws.tui.feed.EventFeed` (store first) and is then routed to the run screens
-showing that run.
+(``workers.py``); workers only post typed messages. The pod is driven through the laptop
+engine (:class:`~gpuws.live.engine.Engine`, the same one the headless commands use): it
+checks, stores and then hands each batch of run events to :meth:`GpuwsApp._deliver`,
+which routes it to the run screens showing that run.
 """
 
 from __future__ import annotations
@@ -23,20 +24,30 @@ from textual.worker import Worker, WorkerState
 
 from .. import protocol
 from ..errors import GpuwsError
+from ..live.engine import Engine, Notice
+from ..live.feed import Batch, EventFeed
+from ..live.link import Link, Target, UnknownHostKey
+from ..live.storeio import StoreHandle
+from ..live.telemetry import TelemetryHistory
 from ..locations import gpuws_home
 from ..sessions.cost import Economics
 from . import workers
 from .commands import ActionsProvider
-from .feed import Batch, EventFeed
-from .link import Link, Target, UnknownHostKey
-from .messages import AgentLog, LinkDown, LinkUp, NcuPlanReady, RunEvents, TelemetryTick
+from .messages import (
+    AgentLog,
+    LinkDown,
+    LinkUp,
+    NcuPlanReady,
+    PullDone,
+    PullProgress,
+    RunEvents,
+    TelemetryTick,
+)
 from .screens.connecting import ConnectingScreen
 from .screens.dashboard import DashboardScreen
 from .screens.help import HelpScreen
 from .screens.home import HomeScreen
 from .screens.run import RunScreen
-from .storeio import StoreHandle
-from .telemetry import TelemetryHistory
 
 
 @dataclass(frozen=True)
@@ -97,14 +108,14 @@ class GpuwsApp(App[int]):
         self.export_dir = export_dir
         self.now = now
         self.step_clock = step_clock
-        self.feed = EventFeed(self.store, self._deliver, self._store_failed)
+        self.engine = Engine(self.store, on_batch=self._deliver, on_side=self.on_side_event,
+                             on_notice=self.on_notice, pull_progress=self._pull_progress)
         self.link: Link | None = None
         self.last_target: Target | None = None
         self.telemetry = TelemetryHistory()
         self.run_screens: dict[str, list[RunScreen]] = {}
         self.pending_baselines: dict[str, str] = {}
         self.last_run_id: str | None = None
-        self.bad_lines = 0
         #: Arrival-to-pane latencies in seconds, kept only while ``measure`` is True (bench).
         self.measure = False
         self.latencies: list[float] = []
@@ -112,9 +123,13 @@ class GpuwsApp(App[int]):
         self._economics_timer: Timer | None = None
 
     # ------------------------------------------------------------------ lifecycle
+    @property
+    def feed(self) -> EventFeed:
+        """The engine's feed: events stored, then delivered."""
+        return self.engine.feed
+
     def on_mount(self) -> None:
-        self.run_worker(self.feed.run(), group="feed", name="feed", exit_on_error=False,
-                        description="store events, then show them")
+        self.engine.start()
         start = self.start
         if isinstance(start, StartConnect):
             self.last_target = start.target
@@ -129,12 +144,11 @@ class GpuwsApp(App[int]):
         if self._shut_down:
             return
         self._shut_down = True
-        link, self.link = self.link, None
-        if link is not None:
-            from .link import close_link
-
-            await close_link(link, self.store)
-        await self.store.close()
+        self.link = None
+        try:
+            await self.engine.close()
+        finally:
+            await self.store.close()
 
     async def action_quit(self) -> None:
         """Leave gpuws; runs on the pod go on."""
@@ -167,31 +181,48 @@ class GpuwsApp(App[int]):
         """Show a failure with its cause and remedy (a notification that stays a while)."""
         if isinstance(error, GpuwsError):
             remedy = f"\n→ {error.remedy}" if error.remedy else ""
-            self.notify(error.message + remedy, title=error.title, severity="error", timeout=15)
+            self.notify(error.message + remedy, title=error.title, severity="error", timeout=15,
+                        markup=False)
         else:
             where = f" while trying to {doing}" if doing else ""
             self.notify(f"{type(error).__name__}: {error}{where}", title="Unexpected error",
-                        severity="error", timeout=15)
-
-    def _store_failed(self, error: GpuwsError) -> None:
-        self.report_error(error)
+                        severity="error", timeout=15, markup=False)
 
     # ------------------------------------------------------------------ event routing
-    def on_agent_event(self, ev: protocol.Events | protocol.BadLine) -> None:
-        """The agent client's listener: runs on the loop, never blocks."""
-        if isinstance(ev, protocol.BadLine):
-            self.bad_lines += 1
-            if self.bad_lines in (1, 10, 100, 1000):
-                self.notify(f"{self.bad_lines} unreadable line(s) from the agent skipped: "
-                            f"{ev.reason}", severity="warning")
-        elif ev.run_id is not None or isinstance(ev, (protocol.Diagnosis,
-                                                       protocol.ProbeResult)):
-            self.feed.push(ev)
-        elif isinstance(ev, protocol.Telemetry):
+    def on_side_event(self, ev: protocol.Events) -> None:
+        """Checked events that belong to no run: telemetry and the agent's logs."""
+        if isinstance(ev, protocol.Telemetry):
             self.telemetry.add(ev)
             self._post(DashboardScreen, TelemetryTick())
         elif isinstance(ev, protocol.Log):
             self._post(DashboardScreen, AgentLog(ev))
+
+    def on_notice(self, notice: Notice) -> None:
+        """What the engine wants the person to know (already safe to show)."""
+        from .screens.artifacts import ArtifactsScreen
+
+        if notice.kind == "reconnected" and self.engine.link is not None:
+            self.post_message(LinkUp(self.engine.link))
+        elif notice.kind in ("link_lost", "reconnecting"):
+            self._post(DashboardScreen, LinkDown(notice.message))
+        elif notice.kind == "gave_up":
+            self.post_message(LinkDown(notice.message))
+            return
+        elif notice.kind in ("pulled", "pull_failed") and notice.run_id is not None:
+            run_id = notice.run_id
+            names = [] if notice.kind == "pull_failed" else [notice.message]
+            error = notice.message if notice.kind == "pull_failed" else None
+            self._post_all(ArtifactsScreen, lambda: PullDone(run_id, names, error))
+        title = {"pulled": "Artifacts home", "refused": "Refused from the pod"}.get(
+            notice.kind, "")
+        self.notify(notice.message, title=title, severity=notice.severity, markup=False,
+                    timeout=15 if notice.severity != "information" else 8)
+
+    def _pull_progress(self, name: str, done: int, total: int) -> None:
+        from .screens.artifacts import ArtifactsScreen
+
+        run_id = self.last_run_id or ""
+        self._post_all(ArtifactsScreen, lambda: PullProgress(run_id, name, done, total))
 
     def _deliver(self, batch: Batch) -> None:
         by_run: dict[str, tuple[list[protocol.Events], list[float]]] = {}
@@ -215,11 +246,9 @@ class GpuwsApp(App[int]):
                        f"compare {run_id} with {base}")
         link = self.link
         finished = any(isinstance(e, protocol.RunFinished) for e in events)
-        has_artifacts = any(isinstance(e, protocol.Artifact) for e in events)
         if finished and link is not None and run_id in link.following:
-            self.notify(f"run {run_id} finished", timeout=5)
-            self._work(workers.pull(self, run_id, quiet=not has_artifacts), "pull",
-                       f"pull the artifacts of {run_id}")
+            # The engine pulls its artifacts (the one "finished → pull" rule).
+            self.notify(f"run {run_id} finished", timeout=5, markup=False)
 
     def register_run_screen(self, screen: RunScreen) -> None:
         """Route the run's events to this screen from now on."""
@@ -242,6 +271,11 @@ class GpuwsApp(App[int]):
         screen = self._find(kind)
         if screen is not None:
             screen.post_message(message)
+
+    def _post_all(self, kind: type[Screen[Any]], make: Callable[[], Any]) -> None:
+        for screen in self.screen_stack:
+            if isinstance(screen, kind):
+                screen.post_message(make())
 
     def _find(self, kind: type[Any]) -> Any:
         for screen in reversed(self.screen_stack):
@@ -268,8 +302,6 @@ class GpuwsApp(App[int]):
 
     def on_link_up(self, message: LinkUp) -> None:
         link = self.link = message.link
-        self.feed.set_session(link.session_id)
-        link.client.add_listener(self.on_agent_event)
         existing = self._find(DashboardScreen)
         if existing is not None:  # a reconnect: the dashboard (and open runs) stay
             existing.link_restored(link.probe, link.transport_label)
@@ -283,17 +315,19 @@ class GpuwsApp(App[int]):
             else:
                 self.push_screen(dashboard)
         self._work(workers.after_connect(self, link), "link", "start telemetry and ask for ncu")
-        self._work(workers.watch_link(self, link), "watch", "watch the connection")
         if self._economics_timer is None:
             self._economics_timer = self.set_interval(1.0, self._economics_tick)
         for run_id, screens in self.run_screens.items():
-            if any(s.panes.model.finished is None for s in screens):
+            # Runs the engine did not follow yet (it re-attaches those it did by itself).
+            if run_id not in link.following and any(
+                    s.panes.model.finished is None for s in screens):
                 self.attach_to(run_id)
 
     def on_link_down(self, message: LinkDown) -> None:
+        """The engine gave up reconnecting: the person decides (R reconnects)."""
         self.link = None
         self.notify(f"{message.reason} — runs on the pod go on; R on the dashboard reconnects",
-                    title="Connection lost", severity="error", timeout=20)
+                    title="Connection lost", severity="error", timeout=20, markup=False)
         self._post(DashboardScreen, LinkDown(message.reason))
 
     def _economics_tick(self) -> None:
@@ -418,7 +452,7 @@ class GpuwsApp(App[int]):
 
     def action_export(self) -> None:
         """Write the current session as a markdown report."""
-        sid = self.feed.session_id
+        sid = self.engine.session_id
         if sid is None:
             self.notify("no session to export yet", severity="warning")
         else:

@@ -9,8 +9,8 @@ import argparse
 from pathlib import Path
 
 from .app import GpuwsApp, Start, StartConnect, StartHome, StartReplay
-from .link import Target
-from .storeio import StoreHandle
+from ..live.link import Target
+from ..live.storeio import StoreHandle
 
 
 def make_app(start: Start, *, ssh_config: str | None = None) -> GpuwsApp:

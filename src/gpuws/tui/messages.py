@@ -14,7 +14,7 @@ from .. import protocol
 from ..sessions.cost import Economics
 from ..sessions.store import ArtifactRow, RunRow
 from .hosts import HostEntry, SessionSummary
-from .link import Link
+from ..live.link import Link
 from .results import RunResults
 
 

@@ -18,18 +18,19 @@ from textual.screen import Screen
 
 from .. import protocol
 from ..errors import GpuwsError, StoreError
+from ..live.link import Link, Target
+from ..live.replay import play, read_file, read_session
 from ..locations import ensure_private_dir
 from ..sessions.cost import economics as session_economics
 from ..sessions.export import export_session
 from ..sessions.store import Store
-from . import link as linkmod
+from ..textsafe import visible
 from .hosts import home_hosts, summarize_sessions
 from .messages import (
     ArtifactsData,
     Backfill,
     Exported,
     HomeData,
-    LinkDown,
     LinkUp,
     NcuPlanReady,
     PullDone,
@@ -38,7 +39,6 @@ from .messages import (
     SessionsData,
     StepChanged,
 )
-from .replay import play, read_file, read_session
 from .results import load_results as read_results
 from .screens.artifacts import ArtifactsScreen
 from .screens.sessions import SessionsScreen
@@ -49,35 +49,26 @@ if TYPE_CHECKING:
     from .screens.run import RunScreen
 
 
-async def connect(app: GpuwsApp, target: linkmod.Target, screen: ConnectingScreen) -> None:
+async def connect(app: GpuwsApp, target: Target, screen: ConnectingScreen) -> None:
     """Connect step by step; the screen sees each step, the app gets the link."""
 
     def on_step(step: str, state: str, seconds: float | None, detail: str) -> None:
         screen.post_message(StepChanged(step, state, seconds, detail))
 
-    link = await linkmod.open_link(target, app.store, on_step, app.step_clock)
+    link = await app.engine.connect(target, on_step, app.step_clock)
     app.post_message(LinkUp(link))
 
 
-async def after_connect(app: GpuwsApp, link: linkmod.Link) -> None:
+async def after_connect(app: GpuwsApp, link: Link) -> None:
     """Start 1 Hz telemetry and ask which ncu fits."""
     await link.client.telemetry(1.0)
     app.post_message(NcuPlanReady(await link.client.ncu_plan()))
 
 
-async def watch_link(app: GpuwsApp, link: linkmod.Link) -> None:
-    """Tell the app when this link closes by itself."""
-    await link.client.wait_closed()
-    if app.link is link:
-        tail = link.client.stderr_tail[-1] if link.client.stderr_tail else "the link closed"
-        app.post_message(LinkDown(tail))
-
-
 async def disconnect(app: GpuwsApp) -> None:
     """End the session, close the link, go Home."""
-    link, app.link = app.link, None
-    if link is not None:
-        await linkmod.close_link(link, app.store)
+    app.link = None
+    await app.engine.disconnect()
     app.go_home()
 
 
@@ -114,9 +105,8 @@ async def open_launcher(app: GpuwsApp) -> None:
 
 async def launch(app: GpuwsApp, spec: protocol.RunSpec, baseline: str | None) -> None:
     """Start a run and open its live panes."""
-    link = _link(app)
-    info = await link.client.start_run(spec)
-    link.following.add(info.run_id)
+    _link(app)
+    info = await app.engine.start_run(spec)
     if baseline:
         app.pending_baselines[info.run_id] = baseline
     app.pop_screen()  # the launcher
@@ -125,15 +115,17 @@ async def launch(app: GpuwsApp, spec: protocol.RunSpec, baseline: str | None) ->
 
 async def cancel(app: GpuwsApp, run_id: str) -> None:
     """Cancel a run on the pod; its RunFinished(cancelled) arrives as an event."""
-    info = await _link(app).client.cancel(run_id)
-    app.notify(f"run {run_id}: {info.status}", timeout=5)
+    _link(app)
+    info = await app.engine.cancel(run_id)
+    app.notify(f"run {run_id}: {visible(info.status, 40)}", timeout=5, markup=False)
 
 
 async def pick_run(app: GpuwsApp) -> None:
     """List the pod's runs and attach to the one picked."""
     from .screens.pick_run import PickRunScreen
 
-    runs = await _link(app).client.list_runs()
+    _link(app)
+    runs = await app.engine.list_runs()
     if not runs:
         app.notify("the pod holds no runs", timeout=5)
         return
@@ -149,17 +141,15 @@ async def attach(app: GpuwsApp, run_id: str) -> None:
     """Follow a run from after the last event stored, and show it."""
     link = _link(app)
     if run_id not in link.following:
-        from_seq = await app.store.call(lambda s: s.last_seq(run_id)) + 1
-        await link.client.attach(run_id, from_seq=from_seq)
-        link.following.add(run_id)
-        app.notify(f"attached to {run_id} from event {from_seq}", timeout=5)
+        await app.engine.attach(run_id)
+        app.notify(f"attached to {visible(run_id, 80)}", timeout=5, markup=False)
     if not app.run_screens.get(run_id):
         app.open_run_screen(run_id, live=True)
 
 
 async def pull(app: GpuwsApp, run_id: str, quiet: bool) -> None:
     """Pull a run's artifacts home with progress; skipped quietly if there are none."""
-    link = _link(app)
+    _link(app)
     rows = await app.store.call(lambda s: s.artifacts(run_id))
     if not any(r.status != "pulled" for r in rows):
         if not quiet:
@@ -170,7 +160,7 @@ async def pull(app: GpuwsApp, run_id: str, quiet: bool) -> None:
         _post_to_screens(app, ArtifactsScreen, lambda: PullProgress(run_id, name, done, total))
 
     try:
-        results = await linkmod.pull_artifacts(link, app.store, run_id, progress)
+        results = await app.engine.pull(run_id, progress)
     except GpuwsError as exc:
         message = exc.message
         _post_to_screens(app, ArtifactsScreen, lambda: PullDone(run_id, [], message))
@@ -178,8 +168,8 @@ async def pull(app: GpuwsApp, run_id: str, quiet: bool) -> None:
     _post_to_screens(app, ArtifactsScreen,
                      lambda: PullDone(run_id, [r.name for r in results]))
     if results:
-        names = ", ".join(f"{r.name} → {r.local_path}" for r in results)
-        app.notify(f"pulled {names}", title="Artifacts home", timeout=10)
+        names = ", ".join(f"{visible(r.name, 200)} → {r.local_path}" for r in results)
+        app.notify(f"pulled {names}", title="Artifacts home", timeout=10, markup=False)
 
 
 async def export(app: GpuwsApp, session_id: str) -> None:
@@ -270,8 +260,8 @@ async def replay(app: GpuwsApp, start: StartReplay) -> None:
                                                                       start.run))
         last = None
     if rec.bad_lines:
-        app.notify(f"{len(rec.bad_lines)} unreadable line(s) skipped: {rec.bad_lines[0].reason}",
-                   severity="warning")
+        app.notify(f"{len(rec.bad_lines)} unreadable line(s) skipped: "
+                   f"{visible(rec.bad_lines[0].reason, 200)}", severity="warning", markup=False)
     app.feed.set_session(session_id)
 
     async def open_run(run_id: str) -> None:
@@ -280,7 +270,7 @@ async def replay(app: GpuwsApp, start: StartReplay) -> None:
         # Awaited until mounted: the run's first events must find its screen registered.
         await app.push_screen(RunScreen(run_id, live=False, backfill=False))
 
-    await play(rec.events, app.feed.push, speed=start.speed, on_run=open_run)
+    await play(rec.events, app.engine.push_recorded, speed=start.speed, on_run=open_run)
     await app.feed.drained()
     if last is not None:
         await app.store.call(lambda s: s.end_session(session_id, ended=last))
@@ -288,7 +278,7 @@ async def replay(app: GpuwsApp, start: StartReplay) -> None:
 
 
 # ---------------------------------------------------------------------- helpers
-def _link(app: GpuwsApp) -> linkmod.Link:
+def _link(app: GpuwsApp) -> Link:
     if app.link is None or app.link.client.closed:
         raise GpuwsError("not connected to a pod", title="Not connected",
                          remedy="connect first (R on the dashboard reconnects)")

@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Static
 
 from ...errors import GpuwsError
-from ..link import Target, UnknownHostKey
+from ...live.link import Target, UnknownHostKey
 from ..messages import StepChanged
 from ..widgets.steps import ConnectSteps
 

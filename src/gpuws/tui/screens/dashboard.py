@@ -13,9 +13,9 @@ from textual.widgets import Footer, Header, Label, Log, Static
 
 from ... import protocol
 from ...sessions.cost import Economics
-from ..link import probe_summary
+from ...live.link import probe_summary
 from ..messages import AgentLog, EconomicsTick, LinkDown, NcuPlanReady, TelemetryTick
-from ..telemetry import GAUGES, TelemetryHistory
+from ...live.telemetry import GAUGES, TelemetryHistory
 from ..widgets.cost_ticker import CostTicker
 from ..widgets.counters import CountersPanel
 from ..widgets.ncu_panel import NcuPanel

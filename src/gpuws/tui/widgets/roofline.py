@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from ... import protocol
-from ..model import RunModel
+from ...live.model import RunModel
 from .metrics_table import ProfiledLaunch
 
 # Braille dot bits by (column, row) inside one character cell of 2×4 dots.

@@ -1,6 +1,6 @@
 """The live metric panes of one run; the same code shows a live run and a replay.
 
-``apply(events)`` folds events into the run's :class:`~gpuws.tui.model.RunModel` and
+``apply(events)`` folds events into the run's :class:`~gpuws.live.model.RunModel` and
 redraws only the panes whose part of the model changed, once per batch.
 """
 
@@ -16,7 +16,7 @@ from textual.widgets import Label, Log, TabbedContent, TabPane
 
 from ... import protocol
 from .. import fmt
-from ..model import LogLine, RunModel
+from ...live.model import LogLine, RunModel
 from .banner import DiagnosisBanner
 from .kernel_table import KernelTablePane, kernel_table_caption
 from .metrics_table import MetricsTable

@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, Sparkline
 
-from ..telemetry import Gauge
+from ...live.telemetry import Gauge
 
 
 class SparkGauge(Horizontal):

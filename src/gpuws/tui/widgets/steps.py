@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ..fmt import duration
-from ..link import STEPS
+from ...live.link import STEPS
 
 _LOOK = {"waiting": ("○", "dim"), "running": ("●", "bold cyan"), "ok": ("✓", "green"),
          "failed": ("✗", "bold red"), "skipped": ("–", "dim")}

@@ -6,7 +6,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..fmt import duration
-from ..model import TIER_NAMES, RunModel, TierState
+from ...live.model import TIER_NAMES, RunModel, TierState
 from .quiet import QuietStatic
 
 #: Icon and style of each tier status.

@@ -8,7 +8,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Sparkline, Static
 
 from .. import fmt
-from ..model import RunModel
+from ...live.model import RunModel
 from .histogram import Histogram
 
 #: Samples the sparkline shows (the latest ones).

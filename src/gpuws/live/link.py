@@ -1,10 +1,10 @@
-"""The connection to one pod, step by step, and what the TUI asks of it (no Textual here).
+"""The connection to one pod, step by step (no Textual here).
 
-:func:`open_link` does what ``AgentClient.connect`` does, one visible step at a time
-(resolve, connect, host key, deploy, probe), reporting each with its timing, then opens
-the session in the store. Every failure is a :class:`~gpuws.errors.GpuwsError` with a
-cause and a remedy; an unknown host key is :class:`UnknownHostKey`, which carries the
-fingerprint so the person can be asked.
+:func:`dial` does what ``AgentClient.connect`` does, one visible step at a time
+(resolve, connect, host key, deploy, probe), reporting each with its timing. The engine
+(:mod:`gpuws.live.engine`) opens the session and keeps the link. Every failure is a
+:class:`~gpuws.errors.GpuwsError` with a cause and a remedy; an unknown host key is
+:class:`UnknownHostKey`, which carries the fingerprint so the person can be asked.
 """
 
 from __future__ import annotations
@@ -17,15 +17,9 @@ from dataclasses import dataclass, field
 
 from .. import protocol
 from ..client import AgentClient
-from ..config import load_config
 from ..deploy import start_agent
 from ..errors import GpuwsError, HostKeyError
-from ..sessions.artifacts import Progress, PullResult, pull_run
-from ..sessions.cost import resolve_budget, resolve_rate
-from ..sessions.store import Store
 from ..transport import Transport, make_transport
-from . import fmt
-from .storeio import StoreHandle
 
 #: The steps of a connection, in order.
 STEPS = ("resolve", "connect", "host key", "deploy", "probe")
@@ -88,20 +82,29 @@ class Link:
 
     @property
     def transport_label(self) -> str:
-        """``ssh+sftp``, ``ssh`` or ``local``."""
-        info = self.client.transport.info
-        return info.kind + ("+sftp" if info.sftp else "")
+        """``ssh+sftp``, ``ssh``, ``pty`` or ``local``."""
+        return transport_label(self.client)
 
 
-async def open_link(target: Target, store: StoreHandle, on_step: OnStep,
-                    clock: Callable[[], float] = time.monotonic) -> Link:
-    """Connect, deploy, probe and open a session, reporting each step.
+def transport_label(client: AgentClient) -> str:
+    """How the pod is reached, as sessions record it (``ssh+sftp``, ``ssh``, ``local``)."""
+    info = client.transport.info
+    return info.kind + ("+sftp" if info.sftp else "")
+
+
+def _no_step(step: str, state: str, seconds: float | None, detail: str) -> None:
+    """Headless callers need no step-by-step report."""
+
+
+async def dial(target: Target, on_step: OnStep = _no_step,
+               clock: Callable[[], float] = time.monotonic) -> tuple[AgentClient,
+                                                                      protocol.Probe]:
+    """Connect, deploy and probe, reporting each step; no session is opened here.
 
     Raises:
         UnknownHostKey: the host key is unknown (ask, then retry with ``accept_new``).
         GpuwsError: any other failure, with its remedy; nothing is left open.
     """
-    started_wall = time.time()
     transport = await _resolve(target, on_step, clock)
     client: AgentClient | None = None
     try:
@@ -115,7 +118,7 @@ async def open_link(target: Target, store: StoreHandle, on_step: OnStep,
             raise
         client = AgentClient(transport, proc, result, rest, target.python)
         how = ("cached on the pod" if result.cache_state == "cached"
-               else f"sent {fmt.size(result.transferred)}")
+               else f"sent {result.transferred / 1024:.1f} KiB")
         on_step("deploy", "ok", clock() - t0,
                 f"agent {result.sha256[:12]} {how} · python {result.hello.python or '?'}")
         t0 = clock()
@@ -126,7 +129,7 @@ async def open_link(target: Target, store: StoreHandle, on_step: OnStep,
             on_step("probe", "failed", clock() - t0, exc.title)
             raise
         on_step("probe", "ok", clock() - t0, probe_summary(probe))
-        return await _open_session(target, client, probe, store, started_wall)
+        return client, probe
     except BaseException:
         if client is not None:
             await client.close()
@@ -199,22 +202,6 @@ async def _connect(transport: Transport, on_step: OnStep, clock: Callable[[], fl
         on_step("host key", "ok", None, f"{verdict.key_type} {verdict.fingerprint} · {note}")
 
 
-async def _open_session(target: Target, client: AgentClient, probe: protocol.Probe,
-                        store: StoreHandle, started_wall: float) -> Link:
-    cfg = load_config()
-    rate = resolve_rate(target.rate, target.host, cfg)
-    budget = resolve_budget(None, target.host, cfg)
-    kind = client.transport.info.kind + ("+sftp" if client.transport.info.sftp else "")
-
-    def record(s: Store) -> str:
-        sid = s.open_session(target.host, kind, probe, rate, budget, started=started_wall)
-        s.add_phase(sid, None, "connect", started_wall, time.time())
-        return sid
-
-    session_id = await store.call(record)
-    return Link(target, client, probe, session_id, rate, budget)
-
-
 def probe_summary(probe: protocol.Probe) -> str:
     """One line: the GPUs, driver and CUDA, or why there is no GPU."""
     if not probe.gpus:
@@ -224,23 +211,3 @@ def probe_summary(probe: protocol.Probe) -> str:
         names[gpu.name] = names.get(gpu.name, 0) + 1
     gpus = ", ".join(f"{n}× {name}" if n > 1 else name for name, n in names.items())
     return f"{gpus} · driver {probe.driver or '?'} · CUDA {probe.cuda_driver or '?'}"
-
-
-async def pull_artifacts(link: Link, store: StoreHandle, run_id: str,
-                         progress: Progress) -> list[PullResult]:
-    """Pull a run's artifacts home (resumable, verified by sha256).
-
-    ``sessions.artifacts`` works with a store on the calling thread, so the pull gets
-    its own short-lived connection to the same database file (SQLite serialises the
-    writers); everything else keeps using the store's own thread.
-    """
-    with Store(store.path) as local:
-        return await pull_run(link.client, local, link.session_id, run_id, progress)
-
-
-async def close_link(link: Link, store: StoreHandle) -> None:
-    """End the session (its cost stops here) and close the connection; runs go on."""
-    try:
-        await store.call(lambda s: s.end_session(link.session_id))
-    finally:
-        await link.client.close()

@@ -11,12 +11,14 @@ fast. Batching is how bursts coalesce; nothing is ever dropped or reordered.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import protocol
-from ..errors import GpuwsError
+from ..errors import GpuwsError, StoreError
+from ..sessions.store import Store
 from .storeio import StoreHandle
 
 #: Most events stored in one transaction (bounds one batch's latency under a flood).
@@ -41,6 +43,8 @@ class Batch:
 
 Deliver = Callable[[Batch], None]
 OnError = Callable[[GpuwsError], None]
+#: Told of stored (run_id, seq) pairs that arrived again with a different body.
+OnConflict = Callable[[list[tuple[str, int]]], None]
 
 
 class EventFeed:
@@ -55,10 +59,12 @@ class EventFeed:
     """
 
     def __init__(self, store: StoreHandle, deliver: Deliver, on_error: OnError,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 on_conflict: OnConflict | None = None) -> None:
         self.store = store
         self.deliver = deliver
         self.on_error = on_error
+        self.on_conflict = on_conflict
         self.clock = clock
         self.session_id: str | None = None
         self._pending: list[protocol.Events] = []
@@ -105,8 +111,33 @@ class EventFeed:
     async def _store(self, events: list[protocol.Events]) -> int:
         session_id = self.session_id
         assert session_id is not None
+        conflicts: list[tuple[str, int]] = []
+
+        def store_batch(s: Store) -> int:
+            try:
+                return s.ingest_many(session_id, events, conflicts)
+            except (GpuwsError, sqlite3.Error, OverflowError, ValueError):
+                # One event the store cannot take must not cost the batch its honest
+                # events: store them one by one and refuse only the one that fails.
+                conflicts.clear()
+                new = 0
+                for ev in events:
+                    try:
+                        new += s.ingest_many(session_id, [ev], conflicts)
+                    except (sqlite3.Error, OverflowError, ValueError) as exc:
+                        failed.append(f"{type(ev).__name__} of run {ev.run_id} seq {ev.seq}: "
+                                      f"{exc}")
+                return new
+
+        failed: list[str] = []
         try:
-            return await self.store.call(lambda s: s.ingest_many(session_id, events))
+            new = await self.store.call(store_batch)
         except GpuwsError as exc:
             self.on_error(exc)
             return 0
+        if failed:
+            self.on_error(StoreError(f"{len(failed)} event(s) could not be stored and were "
+                                     f"dropped; the first: {failed[0]}"))
+        if conflicts and self.on_conflict is not None:
+            self.on_conflict(conflicts)
+        return new

@@ -1,0 +1,316 @@
+"""The trust boundary: everything that arrives from a pod is checked here, once.
+
+A pod is somebody else's machine running somebody else's benchmark, and a workload can
+append lines to its own run's ``events.ndjson``, which the agent forwards as they are.
+So nothing from the wire is stored, written to disk or shown before :class:`Boundary`
+has looked at it:
+
+- a run event must belong to a run the laptop asked for on this connection (started
+  with a laptop-chosen id, or attached by name);
+- ``seq`` is an integer in ``[0, MAX_SEQ]`` and continues the run's sequence; a jump
+  ahead is refused (a forged ``seq`` of 2**63 would otherwise poison every later batch),
+  a repeat is passed on for the store to deduplicate (or report, if its body differs);
+- ``ts`` is finite and near the run's time;
+- strings, lists, maps and nesting are bounded, integers fit SQLite, floats are finite;
+- an artifact's name is a plain relative path inside the run's artifact directory, its
+  remote path is exactly that file in the run's directory, its size and sha256 are sane.
+
+A refused event that sits in the run's sequence is replaced by a ``log`` event saying what
+was refused, so the stored sequence stays gap-free (a gap would make every re-attach
+replay from it) and the person sees the refusal where it happened. Undecodable lines are
+counted with a few samples kept: memory stays flat whatever the pod sends.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from .. import protocol
+from ..textsafe import visible
+
+#: Highest ``seq`` accepted: two billion events is far past any real run, and far below
+#: what SQLite's INTEGER holds.
+MAX_SEQ = 2**31 - 1
+#: Largest integer anywhere in an event (exact in a float; fits SQLite's INTEGER).
+MAX_INT = 2**53
+#: Longest string in an event (an output chunk is 16 KiB; a demangled kernel name a few).
+MAX_STR = 256 * 1024
+#: Longest list in an event (Tier-1 sample batches hold a few thousand values).
+MAX_LIST = 1_000_000
+#: Most keys in one map (ncu metrics of one kernel: a few hundred).
+MAX_KEYS = 100_000
+#: Deepest nesting (``details`` maps are free-form).
+MAX_DEPTH = 16
+#: How far a timestamp may lie ahead of the laptop's clock (clock skew), or before the
+#: run's start, before it is refused.
+TS_SLACK_S = 86_400.0
+#: Nothing gpuws records happened before 2001.
+TS_MIN = 1e9
+#: Largest artifact announced without refusal (the pull has its own, configurable, ceiling).
+MAX_ARTIFACT_BYTES = 1 << 50
+#: Bad lines whose preview is kept.
+BAD_SAMPLES = 5
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+class Refused(Exception):
+    """Why one event was refused (a sentence for people)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+@dataclass
+class RefusalCount:
+    """How often one kind of refusal happened, and the first example.
+
+    Attributes:
+        kind: a short name (``run_id``, ``seq``, ``ts``, ``bounds``, ``artifact``,
+            ``bad_line``).
+        count: how many events were refused for it on this connection.
+        first: the first refusal's message.
+    """
+
+    kind: str
+    count: int = 0
+    first: str = ""
+
+
+@dataclass
+class _Run:
+    next_seq: int
+    started: float | None = None
+    run_dir: str | None = None
+
+
+#: Called with (kind, message, count) the 1st, 10th, 100th… time a kind is refused.
+OnRefusal = Callable[[str, str, int], None]
+
+
+@dataclass
+class Boundary:
+    """The checks for one connection.
+
+    Args:
+        on_refusal: told about refusals (the first of each kind, then at each power of
+            ten), so a flood is one line and a count, not a flood of lines.
+        now: the laptop's wall clock.
+    """
+
+    on_refusal: OnRefusal | None = None
+    now: Callable[[], float] = time.time
+    refusals: dict[str, RefusalCount] = field(default_factory=dict)
+    bad_samples: deque[protocol.BadLine] = field(
+        default_factory=lambda: deque(maxlen=BAD_SAMPLES))
+    _runs: dict[str, _Run] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ expectations
+    def expect(self, run_id: str, from_seq: int = 0, *, started: float | None = None,
+               run_dir: str | None = None) -> None:
+        """Accept ``run_id``'s events from ``from_seq`` on (the laptop asked for them).
+
+        ``started`` and ``run_dir`` come from the run's stored ``run_started`` when the
+        laptop attaches after it; otherwise the run's own ``run_started`` sets them.
+        """
+        if not _RUN_ID.match(run_id):
+            raise ValueError(f"not a run id: {run_id!r}")
+        run = self._runs.get(run_id)
+        if run is None:
+            self._runs[run_id] = _Run(from_seq, started, run_dir)
+        else:
+            run.next_seq = min(run.next_seq, from_seq)
+            run.started = run.started or started
+            run.run_dir = run.run_dir or run_dir
+
+    def expects(self, run_id: str) -> bool:
+        """Whether this connection accepts events of ``run_id``."""
+        return run_id in self._runs
+
+    def refused_total(self) -> int:
+        """Events and lines refused on this connection."""
+        return sum(r.count for r in self.refusals.values())
+
+    # ------------------------------------------------------------------ checks
+    def check(self, ev: protocol.Events | protocol.BadLine) -> protocol.Events | None:
+        """The event to pass on (``ev`` itself, or a ``log`` standing in for it), or None."""
+        if isinstance(ev, protocol.BadLine):
+            self.bad_samples.append(ev)
+            self._refuse("bad_line", f"a line from the pod is not a protocol event "
+                                     f"({visible(ev.reason, 200)}): {visible(ev.preview, 80)}")
+            return None
+        if ev.run_id is None:
+            try:
+                _check_ts(ev.ts, None, self.now())
+                _check_bounds(ev)
+            except Refused as why:
+                self._refuse(why.kind, f"{type(ev).__name__}: {why.message}")
+                return None
+            return ev
+        return self._check_run_event(ev)
+
+    def _check_run_event(self, ev: protocol.Events) -> protocol.Events | None:
+        run_id = ev.run_id
+        assert run_id is not None
+        run = self._runs.get(run_id)
+        if run is None:
+            self._refuse("run_id", f"an event for run {visible(run_id, 80)!s}, which this "
+                                   "connection did not start or attach")
+            return None
+        seq = ev.seq
+        if seq is None or seq < 0 or seq > MAX_SEQ:
+            self._refuse("seq", f"run {run_id}: an event with seq {visible(seq, 40)} "
+                                f"(expected 0…{MAX_SEQ})")
+            return None
+        if seq > run.next_seq:
+            self._refuse("seq", f"run {run_id}: seq jumps from {run.next_seq} to {seq}")
+            return None
+        in_sequence = seq == run.next_seq
+        if in_sequence:
+            run.next_seq += 1
+        try:
+            _check_ts(ev.ts, run.started, self.now())
+            _check_bounds(ev)
+            if isinstance(ev, protocol.RunStarted) and seq == 0:
+                run.started = run.started or ev.ts
+                run.run_dir = run.run_dir or ev.run_dir
+            elif isinstance(ev, protocol.Artifact):
+                _check_artifact(ev, run.run_dir)
+        except Refused as why:
+            message = f"run {run_id} seq {seq}: {type(ev).__name__} refused: {why.message}"
+            self._refuse(why.kind, message)
+            if not in_sequence:
+                return None
+            # Keep the stored sequence gap-free, and the refusal visible where it happened.
+            return protocol.Log(run_id=run_id, seq=seq, ts=self.now(), level="warning",
+                                message="gpuws refused an event from the pod: "
+                                        + why.message[:2000])
+        return ev
+
+    def _refuse(self, kind: str, message: str) -> None:
+        entry = self.refusals.get(kind)
+        if entry is None:
+            entry = self.refusals[kind] = RefusalCount(kind, 0, message)
+        entry.count += 1
+        n = entry.count
+        if self.on_refusal is not None and _is_power_of_ten_or_one(n):
+            self.on_refusal(kind, message, n)
+
+
+def _is_power_of_ten_or_one(n: int) -> bool:
+    while n % 10 == 0:
+        n //= 10
+    return n == 1
+
+
+# ---------------------------------------------------------------------- field checks
+def _check_ts(ts: float | None, started: float | None, now: float) -> None:
+    if ts is None:
+        return
+    if not math.isfinite(ts) or ts < TS_MIN or ts > now + TS_SLACK_S:
+        raise Refused("ts", f"timestamp {ts!r} is not a time near now")
+    if started is not None and ts < started - TS_SLACK_S:
+        raise Refused("ts", f"timestamp {ts!r} lies a day or more before the run started")
+
+
+def _check_bounds(ev: protocol.Events) -> None:
+    _walk(ev, 0)
+
+
+def _walk(value: Any, depth: int) -> None:
+    """Raise Refused if anything in ``value`` is out of bounds (see the module docstring)."""
+    if depth > MAX_DEPTH:
+        raise Refused("bounds", f"nested more than {MAX_DEPTH} levels deep")
+    if isinstance(value, str):
+        if len(value) > MAX_STR:
+            raise Refused("bounds", f"a string of {len(value)} characters (limit {MAX_STR})")
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, int):
+        if not -MAX_INT <= value <= MAX_INT:
+            raise Refused("bounds", f"the integer {value} is out of range")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise Refused("bounds", f"the number {value!r} is not finite")
+    elif isinstance(value, list):
+        if len(value) > MAX_LIST:
+            raise Refused("bounds", f"a list of {len(value)} items (limit {MAX_LIST})")
+        if value and all(type(v) is float for v in value[:8]) and _finite_floats(value):
+            return  # the common case (Tier-1 samples): one C-level sum, no per-item walk
+        for item in value:
+            _walk(item, depth + 1)
+    elif isinstance(value, dict):
+        if len(value) > MAX_KEYS:
+            raise Refused("bounds", f"a map of {len(value)} keys (limit {MAX_KEYS})")
+        for key, item in value.items():
+            _walk(key, depth + 1)
+            _walk(item, depth + 1)
+    elif isinstance(value, msgspec.Struct):
+        for name in value.__struct_fields__:
+            _walk(getattr(value, name), depth + 1)
+
+
+def _finite_floats(values: list[Any]) -> bool:
+    """True when every item is a finite float (checked by one sum; exact when it says so)."""
+    try:
+        total = sum(values)
+    except TypeError:
+        return False
+    # A NaN or an infinity anywhere makes the sum non-finite; a finite sum proves none is.
+    # (An overflow of finite values also gives inf: the caller then walks item by item.)
+    return isinstance(total, float) and math.isfinite(total) and all(
+        type(v) is float for v in values)
+
+
+def check_artifact_name(name: str) -> str | None:
+    """Why ``name`` is not a safe artifact name, or None if it is.
+
+    Safe: a relative POSIX path, already normalised, with no ``..`` or ``.``
+    component, no empty component, no control or reordering characters, no ``.part``
+    ending (the laptop's own partial files), at most 255 bytes a component.
+    """
+    if not name or len(name) > 1024:
+        return "empty or over 1024 characters"
+    if _CONTROL.search(name):
+        return "it contains control characters"
+    if name.startswith("/") or "\\" in name:
+        return "it is not a relative path"
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts) or posixpath.normpath(name) != name:
+        return "it is not a normalised path inside the run's artifact directory"
+    if any(len(p.encode("utf-8", "surrogatepass")) > 255 for p in parts):
+        return "a path component is longer than 255 bytes"
+    if name.endswith(".part"):
+        return "names ending in .part are reserved for partial downloads"
+    return None
+
+
+def _check_artifact(ev: protocol.Artifact, run_dir: str | None) -> None:
+    why = check_artifact_name(ev.name)
+    if why is not None:
+        raise Refused("artifact", f"artifact name {visible(ev.name, 120)!s}: {why}")
+    if not 0 <= ev.size <= MAX_ARTIFACT_BYTES:
+        raise Refused("artifact", f"artifact {ev.name}: size {ev.size} is not sane")
+    if not _SHA256.match(ev.sha256):
+        raise Refused("artifact", f"artifact {ev.name}: {visible(ev.sha256, 80)!s} is not "
+                                  "a sha256")
+    if run_dir is None:
+        raise Refused("artifact", f"artifact {ev.name} arrived before its run's start, so "
+                                  "its place on the pod cannot be checked")
+    expected = posixpath.join(run_dir, "artifacts", ev.name)
+    if ev.path != expected:
+        raise Refused("artifact", f"artifact {ev.name}: its pod path "
+                                  f"{visible(ev.path, 200)!s} is not {expected}")
