@@ -13,16 +13,47 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from . import __version__
-from .errors import GpuwsError
+from .errors import (
+    AgentError,
+    ConnectError,
+    DeployError,
+    GpuwsError,
+    ProtocolError,
+    RunError,
+    StoreError,
+    TransferError,
+    UsageError,
+)
 
 Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+
+#: What each exit status means (the README's table is this one).
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, "success"),
+    (GpuwsError.exit_code, "any other error gpuws explains (one line: cause — remedy)"),
+    (UsageError.exit_code, "usage or configuration mistake (a bad option, workload or id), "
+                           "caught before connecting"),
+    (ConnectError.exit_code, "cannot connect: unknown host, authentication, host key"),
+    (DeployError.exit_code, "the agent could not start on the pod (e.g. no python3)"),
+    (ProtocolError.exit_code, "the laptop and the agent do not understand each other"),
+    (AgentError.exit_code, "the agent refused or failed a request"),
+    (RunError.exit_code, "the run failed (everything it recorded is stored)"),
+    (StoreError.exit_code, "the session store cannot be opened, read or written"),
+    (TransferError.exit_code, "an artifact could not be pulled or failed its sha256"),
+    (10, "run --fail-if-slower: slower than the baseline beyond noise and the limit"),
+    (11, "ncu: no Nsight Compute on the pod fits its driver and GPU"),
+    (130, "interrupted (Ctrl+C); a run goes on on the pod"),
+)
 
 
 def make_parser() -> argparse.ArgumentParser:
     from .commands.common import add_connection_args
 
+    epilog = "exit status:\n" + "\n".join(f"  {code:>3}  {meaning}"
+                                           for code, meaning in EXIT_CODES)
     parser = argparse.ArgumentParser(
-        prog="gpuws", description="A terminal profiling workstation for rented GPU pods.")
+        prog="gpuws", description="A terminal profiling workstation for rented GPU pods.",
+        epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gpuws {__version__}")
     parser.add_argument("-F", dest="ssh_config", metavar="FILE",
                         help="ssh config file for Home's host list (with no COMMAND)")
@@ -41,7 +72,8 @@ def make_parser() -> argparse.ArgumentParser:
     pace.add_argument("--speed", type=float, default=1.0,
                       help="play N times faster than recorded (default 1)")
     pace.add_argument("--instant", action="store_true", help="show everything at once")
-    p.add_argument("--run", help="only this run of the session")
+    p.add_argument("--run", metavar="RUN_ID",
+                   help="only this run of the session (`gpuws history SESSION` lists them)")
     p.set_defaults(func=_tui("replay"))
 
     p = sub.add_parser("doctor", help="deploy the agent and show what the pod has")
@@ -57,38 +89,47 @@ def make_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("attach", help="follow a run on the pod (after --detach or a drop)")
     add_connection_args(p)
-    p.add_argument("run_id")
+    p.add_argument("run_id", help="the run's id (`gpuws runs HOST` lists the pod's runs)")
     p.add_argument("--from-seq", type=int, help="first event to receive (default: after the "
                                                  "last one stored)")
-    p.add_argument("--no-pull", action="store_true")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-pull", action="store_true",
+                   help="leave the run's artifacts on the pod (`gpuws pull` fetches them later)")
+    p.add_argument("--json", action="store_true", help="print the run's events as NDJSON")
     p.set_defaults(func=_lazy("run", "attach"), baseline=None, fail_if_slower=None)
 
     p = sub.add_parser("cancel", help="cancel a run (kills its process group on the pod)")
     add_connection_args(p)
-    p.add_argument("run_id")
+    p.add_argument("run_id", help="the run's id (`gpuws runs HOST` lists the pod's runs)")
     p.set_defaults(func=_lazy("run", "cancel"))
 
-    p = sub.add_parser("runs", help="list the runs on the pod")
+    p = sub.add_parser("runs", help="list the runs on the pod (stored runs: gpuws history)")
     add_connection_args(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("run", "runs"))
 
     p = sub.add_parser("ncu", help="which Nsight Compute fits the pod; install one")
     add_connection_args(p)
     p.add_argument("--install", action="store_true", help="run the install plan")
     p.add_argument("--yes", action="store_true", help="confirm --install")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output (the plan)")
     p.set_defaults(func=_lazy("run", "ncu"))
 
     p = sub.add_parser("report", help="read a .ncu-rep or an ncu CSV here (no pod needed)")
-    p.add_argument("file")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("file", help="a pulled .ncu-rep (needs the report extra, which scripts/run "
+                                "installs) or the CSV of `ncu --csv --page raw`")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("report_cmd", "report"))
 
     p = sub.add_parser("sessions", help="list recorded sessions with what they cost")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("history", "sessions"))
+
+    p = sub.add_parser("history", help="list the stored runs: id, workload, status, Tier-1 "
+                                       "median (where run ids are found)")
+    p.add_argument("session", nargs="?", metavar="SESSION",
+                   help="only this session's runs (id or unique prefix; default: all)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_lazy("history", "history"))
 
     p = sub.add_parser("export", help="write a session as a markdown report")
     p.add_argument("session", help="session id (or a unique prefix)")
@@ -96,20 +137,23 @@ def make_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_lazy("history", "export"))
 
     p = sub.add_parser("compare", help="compare two runs (speedup with CI, Cliff's delta)")
-    p.add_argument("run_a")
-    p.add_argument("run_b")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("run_a", metavar="RUN_A", help="the reference run (id or unique prefix; "
+                                                  "`gpuws history` lists them)")
+    p.add_argument("run_b", metavar="RUN_B", help="the run compared with it")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("history", "compare"))
 
     p = sub.add_parser("baseline", help="mark a run as a baseline")
-    p.add_argument("run_id")
+    p.add_argument("run_id", help="a stored run (id or unique prefix; `gpuws history` lists "
+                                  "them)")
     p.add_argument("--off", action="store_true", help="unmark it")
     p.set_defaults(func=_lazy("history", "baseline"))
 
     p = sub.add_parser("pull", help="pull a run's artifacts home (resumes)")
     add_connection_args(p)
-    p.add_argument("run_id")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("run_id", help="a stored run (id or unique prefix; `gpuws history` lists "
+                                  "them)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("history", "pull"))
     return parser
 

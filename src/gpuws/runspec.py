@@ -1,8 +1,12 @@
-"""What a person chose for a run, turned into the ``RunSpec`` the pod receives.
+"""What a person chose for a run, checked here and turned into the ``RunSpec`` the pod receives.
 
 ``gpuws run`` (flags) and the TUI's run launcher (a form) both fill a
 :class:`LaunchOptions` and call :func:`build_spec`, so a run started either way is
-described by exactly the same spec.
+described by exactly the same spec and refused for exactly the same mistakes. Everything
+that can be checked on this machine is checked before connecting (the workload, a
+builtin's parameters and their types, the tiers, the numbers, options that only a tier
+not chosen would use): each mistake is one :class:`~gpuws.errors.UsageError` (exit 2)
+whose remedy lists what would have been valid.
 """
 
 from __future__ import annotations
@@ -10,12 +14,15 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from . import protocol
-from .errors import UsageError
+from .errors import StoreError, UsageError
+from .kernels.registry import WorkloadError, validate
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,7 +33,8 @@ class LaunchOptions:
         workload: ``builtin:NAME[?k=v&...]``, ``file:PATH`` (a file on this machine) or
             ``cmd:COMMAND``.
         tiers: comma-separated tier numbers, e.g. ``"1,3"``.
-        target_ci: stop Tier 1 when the median's 95% CI half-width is below this share.
+        target_ci: stop Tier 1 when the median's 95% CI half-width is below this share
+            of the median (``0.01`` is 1%; :func:`parse_target_ci` reads ``1%``).
         max_seconds: Tier 1's sampling time budget.
         min_samples: Tier 1's fewest samples.
         warmup: Tier 1's warm-up calls.
@@ -70,12 +78,109 @@ class LaunchOptions:
     env: tuple[str, ...] = ()
 
 
+TIERS = (1, 2, 3)
+TIMINGS = ("auto", "cold", "hot")
+
+#: Options only Tier 1 uses, and only Tier 3 uses: set away from their defaults while
+#: that tier is not chosen, they would be ignored without a word, so they are refused.
+TIER1_ONLY = {"target_ci": "--target-ci", "max_seconds": "--max-seconds",
+              "min_samples": "--min-samples", "warmup": "--warmup", "timing": "--cold/--hot"}
+TIER3_ONLY = {"kernel_regex": "--kernel-regex", "launch_skip": "--launch-skip",
+              "launch_count": "--launch-count", "ncu_set": "--ncu-set",
+              "ncu_sections": "--ncu-sections", "replay_mode": "--replay-mode",
+              "cache_control": "--cache-control"}
+
+
+def parse_target_ci(text: str | float) -> float:
+    """Tier 1's CI target as people write it, as the share the pod uses.
+
+    ``1%`` (and ``1 %``) is one percent; a bare number below 1 is a share (``0.01``),
+    as ``--target-ci`` always took it, so existing scripts keep their meaning. A bare
+    number of 1 or more is refused rather than guessed: it would be a CI of 100% or more
+    as a share, yet ``2`` most likely meant 2%.
+
+    Args:
+        text: what was typed (or a number already parsed).
+
+    Returns:
+        The share, strictly between 0 and 1.
+
+    Raises:
+        UsageError: not a number, not positive, or ambiguous.
+    """
+    raw = str(text).strip()
+    percent = raw.endswith("%")
+    try:
+        value = float(raw[:-1].strip() if percent else raw)
+    except ValueError:
+        raise UsageError(f"the Tier-1 CI target {raw!r} is not a number",
+                         remedy="write a percentage such as 1% (or the share 0.01)") from None
+    share = value / 100.0 if percent else value
+    if not math.isfinite(share) or share <= 0:
+        raise UsageError(f"the Tier-1 CI target {raw} must be above 0",
+                         remedy="e.g. 1% (stop at ±1% of the median)")
+    if share >= 1:
+        hint = f"{value:g}%" if not percent else "a percentage below 100%"
+        raise UsageError(
+            f"the Tier-1 CI target {raw} would be a CI of {share * 100:g}% of the median",
+            remedy=f"write {hint} (with the % sign), or a share below 1 such as 0.01 for 1%")
+    return share
+
+
 def options_from_args(args: argparse.Namespace) -> LaunchOptions:
-    """The options ``gpuws run``'s flags hold (see ``commands.run.add_run_args``)."""
+    """The options ``gpuws run``'s flags hold (see ``commands.run.add_run_args``).
+
+    Also checks the flags that only the command line has, before anything connects:
+    ``--fail-if-slower`` needs ``--baseline``, a detached run is never compared, and the
+    baseline must be a run in the store.
+
+    Raises:
+        UsageError: a combination of flags that cannot work.
+            ``--baseline`` naming no stored run is one too (the remedy says how to find one).
+    """
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(LaunchOptions)
               if hasattr(args, f.name)}
     values["env"] = tuple(values.get("env") or ())
+    if "target_ci" in values:
+        values["target_ci"] = parse_target_ci(values["target_ci"])
+    baseline = getattr(args, "baseline", None)
+    fail_if_slower = getattr(args, "fail_if_slower", None)
+    if fail_if_slower is not None:
+        if not baseline:
+            raise UsageError("--fail-if-slower needs --baseline RUN_ID",
+                             remedy="`gpuws history` lists the stored runs and their ids")
+        if not math.isfinite(fail_if_slower) or fail_if_slower < 0:
+            raise UsageError(f"--fail-if-slower {fail_if_slower:g} must be a percentage of "
+                             "0 or more", remedy="e.g. --fail-if-slower 3 (3% slower)")
+    if getattr(args, "detach", False) and baseline:
+        raise UsageError("--detach returns before the run ends, so --baseline cannot compare",
+                         remedy="drop --detach, or compare later: gpuws compare BASELINE RUN")
+    if baseline:
+        check_stored_run(baseline, "--baseline")
     return LaunchOptions(**values)
+
+
+def check_stored_run(run_id: str, what: str) -> str:
+    """The full id of a stored run, refusing an unknown one before anything connects.
+
+    Args:
+        run_id: an id or unique prefix, as typed.
+        what: the option that named it, for the message.
+
+    Raises:
+        UsageError: no stored run (or more than one) matches; the remedy points to
+            ``gpuws history``.
+        StoreError: the store cannot be opened.
+    """
+    # The store is opened only when a flag names a run (it creates its file if missing).
+    from .sessions.runlist import RUN_LISTING_REMEDY
+    from .sessions.store import Store
+
+    with Store() as store:
+        try:
+            return store.run(run_id).run_id
+        except StoreError as exc:
+            raise UsageError(f"{what}: {exc.message}", remedy=RUN_LISTING_REMEDY) from None
 
 
 def _timing(value: str) -> Literal["auto", "cold", "hot"]:
@@ -88,6 +193,95 @@ def _timing(value: str) -> Literal["auto", "cold", "hot"]:
     raise UsageError(f"unknown Tier 1 timing {value!r}", remedy="use auto, cold or hot")
 
 
+def _tiers(text: str) -> list[int]:
+    tiers: set[int] = set()
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        try:
+            tier = int(item)
+        except ValueError:
+            tier = 0
+        if tier not in TIERS:
+            raise UsageError(f"--tiers {text!r}: there is no tier {item.strip()!r}",
+                             remedy="choose from 1 (CUDA events), 2 (kernel timeline), "
+                                    "3 (Nsight Compute), e.g. --tiers 1,3")
+        tiers.add(tier)
+    if not tiers:
+        raise UsageError("no tier chosen", remedy="choose from 1, 2, 3, e.g. --tiers 1,3")
+    return sorted(tiers)
+
+
+def _check_numbers(opts: LaunchOptions) -> None:
+    """Counts and times in range: the pod would refuse them only after connecting."""
+    parse_target_ci(opts.target_ci)  # the same rules for the share a form or caller passes
+    checks: list[tuple[str, float | None, float, bool]] = [
+        # flag, value, lowest allowed, whether the lowest itself is allowed
+        ("--max-seconds", opts.max_seconds, 0, False),
+        ("--min-samples", opts.min_samples, 1, True),
+        ("--warmup", opts.warmup, 0, True),
+        ("--launch-skip", opts.launch_skip, 0, True),
+        ("--launch-count", opts.launch_count, 1, True),
+        ("--profile-iters", opts.profile_iters, 1, True),
+        ("--timeout", opts.timeout, 0, False),
+    ]
+    for flag, value, lowest, inclusive in checks:
+        if value is None:
+            continue
+        ok = math.isfinite(value) and (value >= lowest if inclusive else value > lowest)
+        if not ok:
+            bound = f"at least {lowest:g}" if inclusive else f"above {lowest:g}"
+            raise UsageError(f"{flag} {value:g} must be {bound}")
+
+
+def _check_tier_options(opts: LaunchOptions, tiers: list[int]) -> None:
+    """Refuse options that only a tier not chosen would use (they would do nothing)."""
+    defaults = LaunchOptions(workload=opts.workload)
+    for tier, options in ((1, TIER1_ONLY), (3, TIER3_ONLY)):
+        if tier in tiers:
+            continue
+        given = [flag for name, flag in options.items()
+                 if getattr(opts, name) != getattr(defaults, name)]
+        if given:
+            chosen = ",".join(str(t) for t in tiers)
+            raise UsageError(
+                f"{', '.join(given)} only affect{'s' if len(given) == 1 else ''} Tier {tier}, "
+                f"which is not among the tiers chosen ({chosen})",
+                remedy=f"add {tier} to the tiers, or leave {' and '.join(given)} out")
+
+
+def _check_regex(regex: str | None) -> None:
+    if not regex:
+        return
+    # ncu takes an optional "regex:" prefix; the rest must at least be a regular
+    # expression (ncu's own dialect is close to Python's for everything people write).
+    pattern = regex.removeprefix("regex:")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise UsageError(f"--kernel-regex {regex!r} is not a regular expression: {exc}",
+                         remedy="e.g. --kernel-regex 'saxpy|gemm'") from None
+
+
+def _workload(text: str) -> tuple[str, str | None, str | None]:
+    """The spec's workload string, and a ``file:`` workload's name and base64 content."""
+    try:
+        ref = validate(text)
+    except WorkloadError as exc:
+        raise UsageError(exc.problem, remedy=exc.valid or
+                         "use builtin:NAME[?k=v&...], file:PATH or cmd:COMMAND") from None
+    if ref.kind != "file":
+        return text, None, None
+    path = Path(ref.target).expanduser()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read the workload file {path}: {exc.strerror or exc}",
+                         remedy="check the path after file: (it is a file on this machine, "
+                                "sent to the pod with the run)") from exc
+    return f"file:{path.name}", path.name, base64.b64encode(data).decode()
+
+
 def build_spec(opts: LaunchOptions) -> protocol.RunSpec:
     """Check the options and build the run's spec.
 
@@ -95,39 +289,30 @@ def build_spec(opts: LaunchOptions) -> protocol.RunSpec:
     directory is self-contained.
 
     Raises:
-        UsageError: an unknown workload kind, an unreadable file, bad tiers or env items.
+        UsageError: an unknown workload or builtin, a bad builtin parameter, an unreadable
+            file, tiers other than 1, 2, 3, a number out of range, an option for a tier
+            not chosen, a bad regex or env item. The remedy lists what is valid.
     """
-    workload = opts.workload
-    file_name = file_b64 = None
-    if workload.startswith("file:"):
-        path = Path(workload[5:]).expanduser()
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise UsageError(f"cannot read the workload file {path}: {exc.strerror}",
-                             remedy="check the path after file:") from exc
-        file_name, file_b64 = path.name, base64.b64encode(data).decode()
-        workload = f"file:{path.name}"
-    elif not workload.startswith(("builtin:", "cmd:")):
-        raise UsageError(f"unknown workload {workload!r}",
-                         remedy="use builtin:NAME, file:PATH or cmd:COMMAND")
-    try:
-        tiers = sorted({int(t) for t in opts.tiers.split(",") if t.strip()})
-    except ValueError as exc:
-        raise UsageError(f"bad --tiers {opts.tiers!r}", remedy="e.g. --tiers 1,3") from exc
-    env = {}
+    workload, file_name, file_b64 = _workload(opts.workload)
+    tiers = _tiers(opts.tiers)
+    timing = _timing(opts.timing)
+    _check_numbers(opts)
+    _check_tier_options(opts, tiers)
+    _check_regex(opts.kernel_regex)
+    env: dict[str, str] = {}
     for item in opts.env:
         key, sep, value = item.partition("=")
-        if not sep:
+        if not sep or not key:
             raise UsageError(f"bad --env {item!r}", remedy="use --env KEY=VALUE")
         env[key] = value
+    sections = [s.strip() for s in opts.ncu_sections.split(",") if s.strip()] \
+        if opts.ncu_sections else None
     return protocol.RunSpec(
         workload=workload, tiers=tiers, target_ci=opts.target_ci, max_seconds=opts.max_seconds,
-        min_samples=opts.min_samples, warmup=opts.warmup,
-        timing=_timing(opts.timing),
+        min_samples=opts.min_samples, warmup=opts.warmup, timing=timing,
         kernel_regex=opts.kernel_regex, launch_skip=opts.launch_skip,
         launch_count=opts.launch_count, ncu_set=opts.ncu_set,
-        ncu_sections=opts.ncu_sections.split(",") if opts.ncu_sections else None,
+        ncu_sections=sections or None,
         replay_mode=opts.replay_mode, clock_control=opts.clock_control,
         cache_control=opts.cache_control, ncu_path=opts.ncu_path, file_name=file_name,
         file_b64=file_b64, env=env, timeout_s=opts.timeout, install_cupy=opts.install_cupy,

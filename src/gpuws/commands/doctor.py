@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 from rich.table import Table
 
+from .. import humanfmt
 from ..client import AgentClient
 from ..protocol import Probe
 from .common import connect, console, print_json
@@ -71,7 +72,8 @@ def render(r: dict[str, Any]) -> None:
     t.add_column(style="bold cyan")
     t.add_column()
     t.add_row("system", f"{s['os']} · kernel {s['kernel']} · {s['arch']} · "
-                        f"{_na(s['cpu_count'])} CPUs · {_na(s['memory_total_mib'])} MiB")
+                        f"{_na(s['cpu_count'])} CPUs · {humanfmt.mib(s['memory_total_mib'])} "
+                        "memory")
     hints = s["container"] + s["virtualization"]
     t.add_row("container/VM", ", ".join(hints) if hints else "none detected")
     t.add_row("user", f"{s['user']} (uid {s['uid']})")
@@ -97,25 +99,26 @@ def render(r: dict[str, Any]) -> None:
               + "".join(f"\n{n}" for n in tr["notes"]))
     ag = r["agent"]
     t.add_row("agent", f"{ag['version']} sha256 {ag['sha256'][:12]}… "
-                       f"({ag['cache_state']}, sent {ag['transferred_bytes']} B)")
+                       f"({ag['cache_state']}, sent {humanfmt.size(ag['transferred_bytes'])})")
     tm = r["timings"]
-    t.add_row("timings", f"connect {_fmt_s(tm['connect_s'])} · deploy {_fmt_s(tm['deploy_s'])} "
-                         f"· probe {_fmt_s(tm['probe_s'])}")
+    t.add_row("timings", f"connect {humanfmt.duration(tm['connect_s'])} · deploy "
+                         f"{humanfmt.duration(tm['deploy_s'])} · probe "
+                         f"{humanfmt.duration(tm['probe_s'])}")
     out.print(t)
     if r["gpus"]:
         g = Table(title="GPUs", title_justify="left")
         for col in ("#", "name", "UUID", "memory", "SM clock", "CC"):
             g.add_column(col)
         for gpu in r["gpus"]:
-            mem = gpu.get("memory_total_mib")
             g.add_row(str(gpu["index"]), gpu["name"], _na(gpu.get("uuid")),
-                      f"{mem:.0f} MiB" if mem else "—",
-                      f"{_na(gpu.get('sm_clock_mhz'))} / {_na(gpu.get('sm_clock_max_mhz'))} MHz",
-                      _na(gpu.get("compute_capability")))
+                      humanfmt.mib(gpu.get("memory_total_mib") or None),
+                      f"{_mhz(gpu.get('sm_clock_mhz'))} / {_mhz(gpu.get('sm_clock_max_mhz'))}"
+                      " MHz", _na(gpu.get("compute_capability")))
         out.print(g)
     else:
         out.print(f"[yellow]GPUs: none[/] — {r['gpu_error'] or 'no NVIDIA GPU found'}")
 
 
-def _fmt_s(v: float | None) -> str:
-    return "—" if v is None else f"{v:.2f} s"
+def _mhz(v: float | None) -> str:
+    # nvidia-smi reports whole MHz; a float from the JSON must not print as 1980.0.
+    return humanfmt.num(v)

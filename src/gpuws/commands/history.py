@@ -1,23 +1,58 @@
-"""``gpuws sessions``, ``export``, ``compare``, ``baseline``, ``pull``: the laptop's memory."""
+"""``gpuws sessions``, ``history``, ``export``, ``compare``, ``baseline``, ``pull``.
+
+The laptop's memory. Every id a person types is resolved by :func:`find_run` or
+:func:`find_session`: an unknown or ambiguous one is a usage error (exit 2) that points
+to the listing where ids are found (``gpuws history``, ``gpuws sessions``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
 from rich.table import Table
+from rich.text import Text
 
-from ..errors import GpuwsError
-from ..sessions.compare import compare_runs, comparison_json, render_comparison
+from .. import humanfmt
+from ..errors import GpuwsError, StoreError, UsageError
+from ..sessions.compare import compare_runs, comparison_json, refuse_if_empty, render_comparison
 from ..sessions.cost import economics
 from ..sessions.export import export_session
-from ..sessions.store import Store
+from ..sessions.runlist import RUN_LISTING_REMEDY, RunSummary, list_runs
+from ..sessions.store import RunRow, SessionRow, Store
 from .common import connect, console, print_json
+
+
+def find_run(store: Store, run_id: str) -> RunRow:
+    """A stored run by id or unique prefix.
+
+    Raises:
+        UsageError: no run (or more than one) matches; the remedy points to
+            ``gpuws history``.
+    """
+    try:
+        return store.run(run_id)
+    except StoreError as exc:
+        raise UsageError(exc.message, remedy=RUN_LISTING_REMEDY) from None
+
+
+def find_session(store: Store, session_id: str) -> SessionRow:
+    """A stored session by id or unique prefix.
+
+    Raises:
+        UsageError: no session (or more than one) matches; the remedy points to
+            ``gpuws sessions``.
+    """
+    try:
+        return store.session(session_id)
+    except StoreError as exc:
+        raise UsageError(exc.message, remedy="`gpuws sessions` lists the sessions and their "
+                                             "ids; give an id or a unique prefix of one") \
+            from None
 
 
 async def sessions(args: argparse.Namespace) -> int:
@@ -33,21 +68,67 @@ async def sessions(args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return 0
-    t = Table(title="sessions", title_justify="left")
+    t = Table(title="sessions", title_justify="left",
+              caption="`gpuws history SESSION` lists a session's runs and their ids",
+              caption_justify="left")
     for col in ("id", "host", "GPU", "started", "duration", "runs", "cost"):
         t.add_column(col, justify="right" if col in ("runs", "cost", "duration") else "left")
     for r in rows:
-        cost = "—" if r["cost_usd"] is None else f"${r['cost_usd']:.2f}"
-        t.add_row(r["id"], r["host"], r["gpu"] or "—",
-                  time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])),
-                  f"{r['duration_s'] / 60:.1f} min", str(r["runs"]), cost)
+        t.add_row(r["id"], r["host"], r["gpu"] or humanfmt.DASH, humanfmt.when(r["started"]),
+                  humanfmt.duration(r["duration_s"]), str(r["runs"]),
+                  humanfmt.usd(r["cost_usd"]))
     console().print(t)
     return 0
 
 
+async def history(args: argparse.Namespace) -> int:
+    """The stored runs (all, or one session's): id, workload, status, Tier-1 median."""
+    with Store() as store:
+        session = find_session(store, args.session).id if args.session else None
+        runs = list_runs(store, session)
+    if args.json:
+        print_json([msgspec.to_builtins(r) for r in runs])
+        return 0
+    out = console()
+    if not runs:
+        where = f"session {args.session}" if args.session else "the store"
+        out.print(Text(f"no runs in {where} yet: `gpuws run HOST -w WORKLOAD` makes one",
+                       "yellow"))
+        return 0
+    title = f"runs of session {runs[0].session_id}" if args.session else "stored runs"
+    t = Table(title=title, title_justify="left",
+              caption="ids (or unique prefixes) go to compare, baseline, pull, replay --run",
+              caption_justify="left")
+    for col in ("run id", "session", "started", "workload", "status", "Tier-1 median"):
+        t.add_column(col, justify="right" if col == "Tier-1 median" else "left",
+                     overflow="fold" if col == "workload" else "ellipsis")
+    for r in runs:
+        t.add_row(r.run_id, r.session_id, humanfmt.when(r.started), r.workload,
+                  _status(r), _median(r))
+    out.print(t)
+    return 0
+
+
+def _status(r: RunSummary) -> Text:
+    colour = {"ok": "green", "running": "cyan", "cancelled": "yellow"}.get(r.status, "red")
+    text = Text(r.status, colour)
+    if r.is_baseline:
+        text.append(" · baseline", "magenta")
+    if r.why:
+        text.append(f"\n{r.why}", "dim")
+    return text
+
+
+def _median(r: RunSummary) -> str:
+    if r.tier1_median_ms is None:
+        return humanfmt.DASH if 1 in r.tiers or not r.tiers else "not run"
+    ci = f" ±{r.tier1_ci_pct:.1f}%" if r.tier1_ci_pct is not None else ""
+    return f"{humanfmt.ms(r.tier1_median_ms)}{ci} (n={r.tier1_n}, {r.tier1_mode})"
+
+
 async def export(args: argparse.Namespace) -> int:
     with Store() as store:
-        session = store.session(args.session)
+        session = find_session(store, args.session)
         text = export_session(store, session.id)
     if args.output and args.output != "-":
         path = Path(args.output)
@@ -62,8 +143,12 @@ async def export(args: argparse.Namespace) -> int:
 
 async def compare(args: argparse.Namespace) -> int:
     with Store() as store:
-        a, b = store.run(args.run_a).run_id, store.run(args.run_b).run_id
+        a, b = find_run(store, args.run_a).run_id, find_run(store, args.run_b).run_id
+        if a == b:
+            raise UsageError(f"{args.run_a} and {args.run_b} are the same run ({a})",
+                             remedy="compare two different runs (`gpuws history` lists them)")
         cmp = compare_runs(store, a, b)
+    refuse_if_empty(cmp)
     if args.json:
         sys.stdout.write(comparison_json(cmp) + "\n")
     else:
@@ -73,7 +158,7 @@ async def compare(args: argparse.Namespace) -> int:
 
 async def baseline(args: argparse.Namespace) -> int:
     with Store() as store:
-        run = store.run(args.run_id)
+        run = find_run(store, args.run_id)
         store.set_baseline(run.run_id, not args.off)
     console().print(f"{run.run_id} {'is no longer' if args.off else 'is now'} a baseline")
     return 0
@@ -83,7 +168,7 @@ async def pull(args: argparse.Namespace) -> int:
     from ..sessions.artifacts import pull_run
 
     with Store() as store:
-        run = store.run(args.run_id)
+        run = find_run(store, args.run_id)
         if not store.artifacts(run.run_id):
             raise GpuwsError(f"run {run.run_id} announced no artifacts", title="Nothing to pull")
         client = await connect(args)

@@ -1,9 +1,11 @@
 """Workload strings: ``builtin:NAME[?k=v&...]``, ``file:PATH`` and ``cmd:COMMAND``.
 
 :func:`parse_workload` checks a string the way a person typed it (on the laptop, before
-anything reaches the pod) and :func:`make_builtin` turns a bundled workload's name and
-parameters into a :class:`~gpuws.kernels.workload.Workload` (on the pod). Every mistake
-is a ``ValueError`` whose message lists what would have been valid.
+anything reaches the pod), :func:`validate` checks it as far as can be done without a GPU
+(the laptop calls it before connecting), and :func:`make_builtin` turns a bundled
+workload's name and parameters into a :class:`~gpuws.kernels.workload.Workload` (on the
+pod). Every mistake is a :class:`WorkloadError` (a ``ValueError``) whose message lists
+what would have been valid.
 
 Standard library only: CuPy is imported by the workloads' ``setup()``, not here.
 """
@@ -18,6 +20,23 @@ from .builtin import WORKLOAD_CLASSES, BuiltinWorkload
 from .workload import Param, ParamValue, Workload
 
 KINDS = ("builtin", "file", "cmd")
+
+
+class WorkloadError(ValueError):
+    """A workload string that cannot run, and what would have been valid.
+
+    ``str()`` is the whole line (``problem; valid``), as the pod records it; the laptop
+    shows ``problem`` as the error and ``valid`` as its remedy.
+
+    Args:
+        problem: What is wrong, in one line.
+        valid: What would have been valid (names, parameters with types), or ``""``.
+    """
+
+    def __init__(self, problem: str, valid: str = "") -> None:
+        super().__init__(f"{problem}; {valid}" if valid else problem)
+        self.problem = problem
+        self.valid = valid
 
 
 class BuiltinSpec(NamedTuple):
@@ -74,25 +93,25 @@ def parse_workload(text: str) -> WorkloadRef:
         The parsed reference; builtin parameters are converted to their declared types.
 
     Raises:
-        ValueError: Unknown kind, empty target, unknown builtin or parameter, a value
+        WorkloadError: Unknown kind, empty target, unknown builtin or parameter, a value
             of the wrong type or not among the choices, or a parameter given twice.
     """
     kind, sep, rest = text.partition(":")
     kind = kind.strip()
     if not sep or kind not in KINDS:
-        raise ValueError(
+        raise WorkloadError(
             f"workload {text!r} must start with builtin:, file: or cmd: "
-            f"(e.g. builtin:saxpy?n=1048576, file:bench.py, cmd:python3 train.py); "
-            f"builtins: {', '.join(BUILTINS)}"
-        )
+            f"(e.g. builtin:saxpy?n=1048576, file:bench.py, cmd:python3 train.py)",
+            f"builtins: {', '.join(BUILTINS)}")
     if kind == "cmd":
         if not rest.strip():
-            raise ValueError("cmd: needs a command after the colon, e.g. cmd:python3 train.py")
+            raise WorkloadError("cmd: needs a command after the colon",
+                                "e.g. cmd:python3 train.py")
         return WorkloadRef("cmd", rest, {})
     rest = rest.strip()
     if kind == "file":
         if not rest:
-            raise ValueError("file: needs a path after the colon, e.g. file:bench.py")
+            raise WorkloadError("file: needs a path after the colon", "e.g. file:bench.py")
         return WorkloadRef("file", rest, {})
     name, _, query = rest.partition("?")
     name = name.strip()
@@ -104,10 +123,10 @@ def parse_workload(text: str) -> WorkloadRef:
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq:
-            raise ValueError(f"{name}: parameter {item!r} has no value (write {key}=VALUE); "
-                             f"valid: {_param_list(spec)}")
+            raise WorkloadError(f"{name}: parameter {item!r} has no value (write {key}=VALUE)",
+                                f"valid: {_param_list(spec)}")
         if key in given:
-            raise ValueError(f"{name}: parameter {key!r} is given twice")
+            raise WorkloadError(f"{name}: parameter {key!r} is given twice")
         given[key] = value.strip()
     return WorkloadRef("builtin", name, _convert_all(spec, given))
 
@@ -124,8 +143,9 @@ def make_builtin(name: str, params: Optional[Mapping[str, object]] = None) -> Wo
         The workload.
 
     Raises:
-        ValueError: Unknown name or parameter, or a bad value (the message lists what is
-            valid).
+        WorkloadError: Unknown name or parameter, or a bad value (the message lists what
+            is valid).
+        ValueError: The workload's constructor refused the values (a size out of range).
     """
     spec = _spec(name)
     values = _convert_all(spec, dict(params or {}))
@@ -133,11 +153,41 @@ def make_builtin(name: str, params: Optional[Mapping[str, object]] = None) -> Wo
     return cls(values)
 
 
+def validate(text: str) -> WorkloadRef:
+    """Check a workload string as far as this machine can, without a GPU.
+
+    What :func:`parse_workload` checks, and for a builtin also what its constructor
+    checks (sizes in range, a block size that is a multiple of 32): constructors only
+    compute the declared work, so this touches neither CuPy nor torch. What needs the
+    pod (a GPU, CuPy, torch for bf16) is left to the pod.
+
+    Args:
+        text: The workload string as a person typed it.
+
+    Returns:
+        The parsed reference.
+
+    Raises:
+        WorkloadError: The string names no valid workload or has a bad parameter; its
+            ``valid`` lists what would have been valid.
+    """
+    ref = parse_workload(text)
+    if ref.kind == "builtin":
+        try:
+            make_builtin(ref.target, ref.params)
+        except WorkloadError:
+            raise
+        except ValueError as exc:
+            raise WorkloadError(f"{ref.target}: {exc}",
+                                f"valid: {_param_list(BUILTINS[ref.target])}") from None
+    return ref
+
+
 def _spec(name: str) -> BuiltinSpec:
     spec = BUILTINS.get(name)
     if spec is None:
         lines = "; ".join(f"{s.name} ({s.summary})" for s in BUILTINS.values())
-        raise ValueError(f"unknown builtin workload {name!r}; valid: {lines}")
+        raise WorkloadError(f"unknown builtin workload {name!r}", f"valid: {lines}")
     return spec
 
 
@@ -155,12 +205,13 @@ def _convert_all(spec: BuiltinSpec, given: Mapping[str, object]) -> Dict[str, Pa
     for key, raw in given.items():
         param = by_name.get(key)
         if param is None:
-            raise ValueError(f"{spec.name} has no parameter {key!r}; valid: {_param_list(spec)}")
+            raise WorkloadError(f"{spec.name} has no parameter {key!r}",
+                                f"valid: {_param_list(spec)}")
         try:
             out[key] = _convert(param, raw)
         except ValueError as exc:
-            raise ValueError(f"{spec.name}: {key}={raw!r}: {exc}; valid: {_param_list(spec)}") \
-                from None
+            raise WorkloadError(f"{spec.name}: {key}={raw!r}: {exc}",
+                                f"valid: {_param_list(spec)}") from None
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Literal
 import msgspec
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gpuws.errors import UsageError
 from gpuws.remote_agent.stats import percentile
@@ -99,7 +100,8 @@ def compare_runs(store: Store, a: str, b: str) -> Comparison:
     tier1 = None
     reason = ""
     if missing:
-        reason = "no Tier-1 samples in run " + " and ".join(missing)
+        reason = ("no Tier-1 samples in run " + missing[0] if len(missing) == 1
+                  else "no Tier-1 samples in either run")
     else:
         tier1 = compare_samples(samples_a, samples_b, label_a=run_a.run_id,
                                 label_b=run_b.run_id)
@@ -114,6 +116,29 @@ def compare_runs(store: Store, a: str, b: str) -> Comparison:
                       tier1_caution=caution,
                       kernels=compare_metrics(store.metrics(run_a.run_id),
                                               store.metrics(run_b.run_id)))
+
+
+def refuse_if_empty(c: Comparison) -> None:
+    """Refuse a comparison that compares nothing, saying what is missing.
+
+    Two runs compare when both have Tier-1 samples, or when at least one profiled kernel
+    launch appears in both. A comparison with neither would print empty tables.
+
+    Raises:
+        UsageError: nothing in the two runs can be compared (one line: what is missing).
+    """
+    if c.tier1 is not None or any(k.in_a and k.in_b for k in c.kernels):
+        return
+    only = {True: [k for k in c.kernels if k.in_a], False: [k for k in c.kernels if k.in_b]}
+    if only[True] or only[False]:
+        tier3 = "and the kernels Tier 3 profiled differ between them"
+    else:
+        tier3 = "and neither has Tier-3 metrics"
+    raise UsageError(f"nothing to compare between {c.run_a} and {c.run_b}: "
+                     f"{c.tier1_missing} {tier3}",
+                     title="Nothing to compare",
+                     remedy="compare runs that ran Tier 1 (`gpuws history` shows each run's "
+                            "Tier-1 median)")
 
 
 def compare_samples(a: list[float], b: list[float], *, label_a: str = "A",
@@ -263,8 +288,10 @@ def render_comparison(c: Comparison, console: Console) -> None:
     head.add_column(f"B {c.run_b}", justify="right")
     t = c.tier1
     if t is None:
-        console.print(head)
-        console.print(f"Tier 1: {c.tier1_missing}")
+        # No empty table: say whose runs these are and what Tier 1 lacks.
+        console.print(Text.assemble((c.run_b, "bold"), f" ({c.workload_b}) vs ",
+                                    (c.run_a, "bold"), f" ({c.workload_a})"))
+        console.print(Text(f"Tier 1 not compared: {c.tier1_missing}", "yellow"))
     else:
         head.add_row("samples", str(t.n_a), str(t.n_b))
         head.add_row("median", f"{t.median_a_ms:.4f} ms", f"{t.median_b_ms:.4f} ms")

@@ -1,0 +1,124 @@
+"""The stored runs as people look for them: id, workload, status, why it failed, Tier-1 median.
+
+``gpuws history`` prints these, and the TUI's results screen uses :func:`why_failed` so a
+failed run says why on every face. Everything is read from the store; nothing here
+connects.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from .. import protocol
+from .store import RunRow, Store
+
+#: Where every error that names an unknown run id points.
+RUN_LISTING_REMEDY = ("`gpuws history` lists the stored runs (`gpuws history SESSION` one "
+                      "session's); give an id or a unique prefix of one")
+
+
+class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored run in a listing (``None`` = not known or not measured).
+
+    Attributes:
+        run_id: the run's id (what ``compare``, ``baseline``, ``pull`` and ``replay``
+            take, or any unique prefix of it).
+        session_id: the session it ran in.
+        host: the pod, as it was given to ``connect``/``run``.
+        workload: the workload string.
+        status: ``ok``, ``failed``, ``cancelled`` or ``running`` (no end recorded yet).
+        started: when it started (unix seconds).
+        wall_s: how long it ran.
+        tiers: the tiers it was asked for.
+        tier1_median_ms: Tier 1's median time per call.
+        tier1_ci_pct: the half-width of that median's 95% CI, in percent of it.
+        tier1_n: how many Tier-1 samples the median is of.
+        tier1_mode: ``hot`` or ``cold``.
+        why: why it failed or was cancelled, or which tiers did not give results
+            (empty when everything it was asked for ran).
+        is_baseline: it is the baseline of its workload.
+        baseline_of: the baseline it is compared with.
+    """
+
+    run_id: str
+    session_id: str
+    host: str
+    workload: str
+    status: str
+    started: float | None
+    wall_s: float | None
+    tiers: list[int]
+    tier1_median_ms: float | None
+    tier1_ci_pct: float | None
+    tier1_n: int | None
+    tier1_mode: str | None
+    why: str
+    is_baseline: bool
+    baseline_of: str | None
+
+
+def list_runs(store: Store, session: str | None = None) -> list[RunSummary]:
+    """Every stored run, newest session first, each session's runs in the order they ran.
+
+    Args:
+        store: the session store.
+        session: only this session (an id or unique prefix).
+
+    Raises:
+        StoreError: ``session`` matches no session, or more than one.
+    """
+    sessions = [store.session(session)] if session is not None else store.sessions()
+    return [summarize(store, run, s.host) for s in sessions for run in store.runs(s.id)]
+
+
+def summarize(store: Store, run: RunRow, host: str) -> RunSummary:
+    """One run's line in a listing."""
+    t1 = store.tier1(run.run_id)
+    stats = t1.stats if t1 is not None else None
+    return RunSummary(
+        run_id=run.run_id, session_id=run.session_id, host=host, workload=run.workload,
+        status=run.status, started=run.started, wall_s=run.wall_s,
+        tiers=list(run.spec.tiers) if run.spec is not None else [],
+        tier1_median_ms=stats.median_ms if stats else None,
+        tier1_ci_pct=stats.ci_rel_halfwidth * 100.0 if stats else None,
+        tier1_n=stats.n if stats else None, tier1_mode=t1.mode if t1 is not None else None,
+        why=why_failed(store, run.run_id), is_baseline=run.is_baseline,
+        baseline_of=run.baseline_of)
+
+
+def why_failed(store: Store, run_id: str) -> str:
+    """Why a run failed, was cancelled or gave no results of a tier, in one line.
+
+    Built from what the run itself recorded: the tiers that failed or were skipped (with
+    their reasons), the run's own error, and its error diagnoses when nothing else says
+    more. Empty for a run that did everything it was asked to (or is still running).
+    """
+    finished: protocol.RunFinished | None = None
+    started: set[int] = set()
+    parts: list[str] = []
+    diagnoses: list[str] = []
+    for ev in store.run_events(run_id, ["run_finished", "tier_started", "tier_finished",
+                                        "diagnosis"]):
+        if isinstance(ev, protocol.RunFinished):
+            finished = ev
+        elif isinstance(ev, protocol.TierStarted):
+            started.add(ev.tier)
+        elif isinstance(ev, protocol.TierFinished):
+            started.discard(ev.tier)
+            if ev.status in ("failed", "skipped"):
+                why = f": {ev.reason}" if ev.reason else ""
+                parts.append(f"tier {ev.tier} {ev.status}{why}")
+        elif isinstance(ev, protocol.Diagnosis) and ev.severity == "error":
+            diagnoses.append(f"{ev.title}: {ev.cause}" if ev.cause else ev.title)
+    if finished is None:
+        return ""
+    if finished.status == "cancelled":
+        during = f" during tier {min(started)}" if started else ""
+        parts.insert(0, f"cancelled{during}")
+    error = (finished.error or "").strip()
+    # "tier 3 failed" says less than "tier 3 failed: ERR_NVGPUCTRPERM …": keep the longer.
+    if error and not any(error in part for part in parts):
+        parts.insert(0, error)
+    if finished.status == "failed" and not parts:
+        parts = diagnoses[:1] or [f"the run failed (exit code {finished.exit_code})"]
+    return "; ".join(parts)
