@@ -45,22 +45,26 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def cat(path: str, offset: int) -> int:
+    from .safefiles import open_regular
     from .serve import safe_path
 
     try:
-        real = safe_path(path)
-        fd = os.open(real, os.O_RDONLY)
+        fd, st = open_regular(safe_path(path))
     except (OSError, ValueError) as exc:
         sys.stderr.write("gpuws-agent: %s\n" % exc)
         return 1
     out = sys.stdout.buffer
     try:
         os.lseek(fd, offset, os.SEEK_SET)
-        while True:
-            chunk = os.read(fd, 1 << 20)
+        # Up to the size when opened: a file the workload keeps growing must not make
+        # this transfer endless (the laptop asks again from where it stopped).
+        left = st.st_size - offset
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
             if not chunk:
                 break
             out.write(chunk)
+            left -= len(chunk)
         out.flush()
     finally:
         os.close(fd)
@@ -89,13 +93,15 @@ def cat64(path: str, offset: int, chunk: int) -> int:
     import hashlib
     import zlib
 
+    from .safefiles import open_regular
     from .serve import safe_path
 
     try:
-        fd = os.open(safe_path(path), os.O_RDONLY)
+        fd, st = open_regular(safe_path(path))
     except (OSError, ValueError) as exc:
         _write_all(("GPWS-ERR %s\n" % exc).encode("ascii", "replace"))
         return 1
+    end = st.st_size  # the size when opened: a growing file must not stream forever
     whole = hashlib.sha256()
     pos = offset
     skip = 0  # chunks to send without trying compression (after a sample that did not shrink)
@@ -103,7 +109,7 @@ def cat64(path: str, offset: int, chunk: int) -> int:
         os.lseek(fd, offset, os.SEEK_SET)
         while True:
             parts = []
-            want = chunk
+            want = min(chunk, end - pos)
             while want > 0:  # a full chunk, unless the file ends
                 got = os.read(fd, want)
                 if not got:

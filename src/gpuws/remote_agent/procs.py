@@ -1,4 +1,10 @@
-"""Running the workload's processes: stream their output as events, keep their exit codes."""
+"""Running the workload's processes: stream their output as events, keep their exit codes.
+
+Whatever a workload prints reaches the laptop in events of bounded size: a line longer
+than :data:`CHUNK_BYTES` is cut into several ``output`` events (nothing is dropped), and
+a ``\\r``-separated progress bar (tqdm writes one endless line of updates) arrives as its
+updates, at most one per :data:`UPDATE_INTERVAL_S` per stream, plus every final state.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,21 @@ import selectors
 import signal
 import subprocess
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 Emit = Callable[[Dict[str, Any]], Any]
+
+#: Longest text of one ``output`` event, in bytes of the workload's output. JSON with
+#: ``ensure_ascii`` makes at most 6 bytes of one (a control byte as ``\\u00XX``), so an
+#: event stays near 100 KB, far under the 8 MiB line limit of the laptop.
+CHUNK_BYTES = 16 * 1024
+#: Progress updates (text ended by ``\\r``) kept per stream per this many seconds: tqdm's
+#: own default refresh (``mininterval=0.1``), so a tqdm bar arrives update for update,
+#: while a loop that rewrites its line a million times a second cannot flood the log.
+UPDATE_INTERVAL_S = 0.1
+#: Longest JSON line a workload process may write to ``GPUWS_EVENT_FD``. Half the wire's
+#: line limit leaves room for the envelope (run_id, seq) and for re-encoding.
+EVENT_LINE_LIMIT = 4 * 1024 * 1024
 
 
 class ProcResult:
@@ -37,15 +55,166 @@ def terminate_children() -> None:
             pass
 
 
+#: One piece of output text: ``(text, cont)``; ``cont`` is True when the next piece of
+#: the same stream continues the same line (a line cut at :data:`CHUNK_BYTES`).
+Piece = Tuple[str, bool]
+
+
+class OutputSplitter:
+    """Cuts one output stream into bounded texts: lines, progress updates and chunks.
+
+    A line ends at ``\\n`` (``\\r\\n`` too). Text ended by ``\\r`` alone is a progress
+    update: a terminal shows it until the next text overwrites it. An update is kept
+    when it has stood for ``interval_s`` (:meth:`tick`) or is the last thing the stream
+    said (:meth:`close`); one overwritten sooner by a later update or by the line's end
+    is dropped, as the terminal drops it. A line's end is never dropped. Any text longer
+    than ``chunk_bytes`` is cut into pieces of at most that many bytes (never inside a
+    UTF-8 character) whose ``cont`` flag says the next piece continues it.
+    """
+
+    def __init__(self, chunk_bytes: int = CHUNK_BYTES,
+                 interval_s: float = UPDATE_INTERVAL_S) -> None:
+        self.chunk_bytes = max(4, chunk_bytes)
+        self.interval_s = interval_s
+        self._buf = b""
+        self._pending: Optional[bytes] = None  # the latest update not yet kept
+        self._last_update = -1e18
+        self._open_cut = False  # the text in ``_buf`` began in pieces already sent
+
+    def feed(self, data: bytes, now: float) -> List[Piece]:
+        """The pieces that ``data`` completes (the rest waits for more)."""
+        out: List[Piece] = []
+        buf = self._buf + data
+        start = 0
+        while True:
+            nl = buf.find(b"\n", start)
+            cr = buf.find(b"\r", start)
+            if cr < 0 or (0 <= nl < cr):
+                if nl < 0:
+                    break
+                self._pending = None  # the line's end overwrites any unkept update
+                self._cut(buf[start:nl], out, last=True)
+                self._open_cut = False
+                start = nl + 1
+                continue
+            end = cr
+            while end < len(buf) and buf[end:end + 1] == b"\r":
+                end += 1
+            if end == len(buf):
+                break  # "\r" at the end: a "\n" may follow, which makes it a line end
+            segment = buf[start:cr]
+            if buf[end:end + 1] == b"\n":
+                self._pending = None
+                self._cut(segment, out, last=True)
+                self._open_cut = False
+                start = end + 1
+                continue
+            start = end
+            if self._open_cut:
+                # The update began in pieces already sent: its end must follow them.
+                self._cut(segment, out, last=True)
+                self._pending, self._open_cut = None, False
+            elif segment:
+                self._update(segment, now, out)
+        rest = buf[start:]
+        while len(rest) > self.chunk_bytes:
+            # A line with no end in sight (20 MB without a newline): send what is here.
+            cut = _utf8_boundary(rest, self.chunk_bytes)
+            self._pending, self._open_cut = None, True
+            out.append((rest[:cut].decode("utf-8", "replace"), True))
+            rest = rest[cut:]
+        self._buf = rest
+        return out
+
+    def tick(self, now: float) -> List[Piece]:
+        """The pending update, once it has stood for the interval."""
+        out: List[Piece] = []
+        if self._pending is not None and now - self._last_update >= self.interval_s:
+            self._cut(self._pending, out, last=True)
+            self._pending = None
+            self._last_update = now
+        return out
+
+    def close(self) -> List[Piece]:
+        """What is left when the stream ends: the unended line, else the last update."""
+        out: List[Piece] = []
+        rest = self._buf.rstrip(b"\r")
+        if rest:
+            self._cut(rest, out, last=True)
+        elif self._pending is not None:
+            self._cut(self._pending, out, last=True)
+        elif self._open_cut:
+            out.append(("", False))  # the cut line ended with the stream
+        self._buf, self._pending, self._open_cut = b"", None, False
+        return out
+
+    def _update(self, segment: bytes, now: float, out: List[Piece]) -> None:
+        if now - self._last_update >= self.interval_s:
+            self._cut(segment, out, last=True)
+            self._pending = None
+            self._last_update = now
+        else:
+            self._pending = segment
+
+    def _cut(self, raw: bytes, out: List[Piece], last: bool) -> None:
+        while len(raw) > self.chunk_bytes:
+            cut = _utf8_boundary(raw, self.chunk_bytes)
+            out.append((raw[:cut].decode("utf-8", "replace"), True))
+            raw = raw[cut:]
+        out.append((raw.decode("utf-8", "replace"), not last))
+
+
+def _utf8_boundary(data: bytes, limit: int) -> int:
+    """The largest cut <= ``limit`` that does not split a UTF-8 character."""
+    cut = limit
+    # Step back over continuation bytes (10xxxxxx), at most 3: a character is <= 4 bytes.
+    while cut > limit - 3 and data[cut] & 0xC0 == 0x80:
+        cut -= 1
+    return cut
+
+
+class EventLines:
+    """Lines of the ``GPUWS_EVENT_FD`` pipe, each at most ``limit`` bytes.
+
+    A process that writes more than ``limit`` bytes without a newline gets that line
+    dropped (one warning for it), and memory stays at ``limit`` whatever it writes.
+    """
+
+    def __init__(self, limit: int = EVENT_LINE_LIMIT) -> None:
+        self.limit = limit
+        self._buf = b""
+        self._skipping = False
+
+    def feed(self, data: bytes, warn: Callable[[str], None]) -> List[bytes]:
+        lines = (self._buf + data).split(b"\n")
+        self._buf = lines.pop()
+        if self._skipping and lines:
+            lines.pop(0)  # the end of the oversized line
+            self._skipping = False
+        if not self._skipping and len(self._buf) > self.limit:
+            warn("an event from the workload process over %d bytes was dropped" % self.limit)
+            self._skipping = True
+        if self._skipping:
+            self._buf = b""
+        kept = []
+        for line in lines:
+            if len(line) > self.limit:
+                warn("an event from the workload process over %d bytes was dropped"
+                     % self.limit)
+            elif line.strip():
+                kept.append(line)
+        return kept
+
+
 def run_streaming(argv: Sequence[str], *, emit: Emit, tier: Optional[int], cwd: str,
                   env: Dict[str, str], timeout_s: Optional[float] = None,
                   on_chunk: Optional[Callable[[str, str], None]] = None,
                   line_filter: Optional[Callable[[str], bool]] = None,
                   child_events: bool = False, tail_chars: int = 65536) -> ProcResult:
-    """Run ``argv``, emitting each complete output line as an ``output`` event.
+    """Run ``argv``, emitting its output as ``output`` events (see :class:`OutputSplitter`).
 
     ``on_chunk(stream, text)`` sees raw chunks as they arrive (ncu's progress dots come
-    without newlines). ``line_filter(line)`` returning False keeps a line out of the
+    without newlines). ``line_filter(text)`` returning False keeps a text out of the
     output events (ncu's own ==PROF== lines are shown as progress instead).
     With ``child_events`` the child gets a pipe in ``GPUWS_EVENT_FD`` and every JSON line
     it writes there is emitted as an event: a workload's own prints on stdout can never
@@ -60,6 +229,10 @@ def run_streaming(argv: Sequence[str], *, emit: Emit, tier: Optional[int], cwd: 
         proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 pass_fds=(write_fd,) if child_events else ())
+    except BaseException:
+        if read_fd >= 0:
+            os.close(read_fd)
+        raise
     finally:
         if write_fd >= 0:
             os.close(write_fd)
@@ -72,7 +245,8 @@ def run_streaming(argv: Sequence[str], *, emit: Emit, tier: Optional[int], cwd: 
     if read_fd >= 0:
         sel.register(read_fd, selectors.EVENT_READ, "events")
         open_streams = 3
-    partial = {"stdout": b"", "stderr": b"", "events": b""}
+    splitters = {"stdout": OutputSplitter(), "stderr": OutputSplitter()}
+    event_lines = EventLines()
     tails = {"stdout": "", "stderr": ""}
     timed_out = False
     batch: List[Dict[str, object]] = []
@@ -83,41 +257,54 @@ def run_streaming(argv: Sequence[str], *, emit: Emit, tier: Optional[int], cwd: 
             emit(ev)
         del batch[:]
 
+    def warn(message: str) -> None:
+        flush()
+        emit({"type": "log", "level": "warning", "message": message})
+
+    def add(stream: str, pieces: List[Piece]) -> None:
+        for text, _cont in pieces:
+            # (``_cont`` goes on the event as soon as protocol.Output has a field for it;
+            # until then a cut line arrives as consecutive output events.)
+            if line_filter is not None and not line_filter(text):
+                continue
+            ev: Dict[str, object] = {"type": "output", "stream": stream, "text": text,
+                                     "ts": time.time()}
+            if tier is not None:
+                ev["tier"] = tier
+            batch.append(ev)
+
     try:
         while open_streams:
             if timeout_s is not None and time.time() - start > timeout_s and not timed_out:
                 timed_out = True
                 proc.kill()
-            for key, _ in sel.select(timeout=0.1):
+            for key, _ in sel.select(timeout=UPDATE_INTERVAL_S):
                 name = str(key.data)
                 fd = key.fileobj if isinstance(key.fileobj, int) else key.fileobj.fileno()
                 data = os.read(fd, 65536)
                 if not data:
                     sel.unregister(key.fileobj)
                     open_streams -= 1
-                    if partial[name] and name != "events":
-                        _line(partial[name], name, tier, batch, line_filter)
-                    partial[name] = b""
+                    if name != "events":
+                        add(name, splitters[name].close())
                     continue
                 if name == "events":
-                    lines = (partial[name] + data).split(b"\n")
-                    partial[name] = lines.pop()
+                    lines = event_lines.feed(data, warn)
                     flush()  # keep output and child events in the order they happened
                     for raw in lines:
-                        if raw.strip():
-                            _child_event(raw, emit)
+                        _child_event(raw, emit)
                     continue
                 text = data.decode("utf-8", "replace")
                 tails[name] = (tails[name] + text)[-tail_chars:]
                 if on_chunk is not None:
                     on_chunk(name, text)
-                lines = (partial[name] + data).split(b"\n")
-                partial[name] = lines.pop()
-                for raw in lines:
-                    _line(raw, name, tier, batch, line_filter)
-            if batch and (len(batch) >= 200 or time.time() - last_flush > 0.05):
+                add(name, splitters[name].feed(data, time.time()))
+            now = time.time()
+            for name, splitter in splitters.items():
+                add(name, splitter.tick(now))
+            if batch and (len(batch) >= 200 or now - last_flush > 0.05):
                 flush()
-                last_flush = time.time()
+                last_flush = now
         flush()
         returncode = proc.wait()
     finally:
@@ -137,20 +324,9 @@ def _child_event(raw: bytes, emit: Emit) -> None:
         event = json.loads(raw.decode("utf-8"))
         if not isinstance(event, dict) or "type" not in event:
             raise ValueError("not an event object")
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         emit({"type": "log", "level": "warning",
-              "message": "unreadable event from the workload process dropped: %s" % exc})
+              "message": "unreadable event from the workload process dropped: %s"
+                         % ("%s" % exc)[:200]})
         return
     emit(event)
-
-
-def _line(raw: bytes, stream: str, tier: Optional[int], batch: List[Dict[str, object]],
-          line_filter: Optional[Callable[[str], bool]]) -> None:
-    text = raw.decode("utf-8", "replace").rstrip("\r")
-    if line_filter is not None and not line_filter(text):
-        return
-    ev: Dict[str, object] = {"type": "output", "stream": stream, "text": text,
-                             "ts": time.time()}
-    if tier is not None:
-        ev["tier"] = tier
-    batch.append(ev)

@@ -28,6 +28,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from . import wire
+from .safefiles import open_regular, read_regular, read_tail
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 FINISHED_MARK = b'"type":"run_finished"'
@@ -78,7 +79,9 @@ class EventLog:
         self.path = path
         # Resume numbering if the file exists (a worker restarted on the same dir).
         self.seq = count_lines(path)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        # Never a FIFO or a link the workload put in the log's place: opening either
+        # could block or write elsewhere.
+        self._fd, _st = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         self._lock = threading.Lock()
         #: The first write that failed (disk full, quota, file size limit), if any.
         self.write_error: Optional[OSError] = None
@@ -97,6 +100,15 @@ class EventLog:
             if "ts" not in body:
                 body["ts"] = time.time()
             line = wire.dumps(body)
+            if len(line) > wire.MAX_LINE:
+                # The laptop drops a line over its limit, and a seq would be missing for
+                # good; say what was too big in its place.
+                line = wire.dumps({
+                    "type": "log", "run_id": self.run_id, "seq": self.seq,
+                    "ts": body["ts"], "level": "warning",
+                    "message": "a %s event of %d bytes was over the %d-byte line limit and "
+                               "was dropped" % (str(event["type"])[:40], len(line),
+                                                wire.MAX_LINE)})
             start = os.lseek(self._fd, 0, os.SEEK_END)
             written = 0
             try:
@@ -175,27 +187,39 @@ def make_reserve(path: str, size: int) -> None:
 def worker_log_tail(rdir: str) -> str:
     """The last line the worker wrote to its own log (its dying words), or ``""``."""
     try:
-        with open(os.path.join(rdir, "worker.log"), "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 4096))
-            lines = f.read().decode("utf-8", "replace").strip().splitlines()
+        lines = read_tail(os.path.join(rdir, "worker.log"), 4096).decode(
+            "utf-8", "replace").strip().splitlines()
     except OSError:
         return ""
     return lines[-1].strip()[:300] if lines else ""
 
 
 def count_lines(path: str) -> int:
+    """Newlines in ``path`` up to its size when opened (0 when it does not exist).
+
+    Raises:
+        NotRegular: ``path`` is a FIFO, device or link (what a workload may put there).
+    """
     try:
-        with open(path, "rb") as f:
-            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+        fd, st = open_regular(path)
     except FileNotFoundError:
         return 0
+    try:
+        count, left = 0, st.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            left -= len(chunk)
+        return count
+    finally:
+        os.close(fd)
 
 
 def read_pid(rdir: str) -> Optional[int]:
     try:
-        with open(os.path.join(rdir, "worker.pid")) as f:
-            return int(f.read().strip() or "0") or None
+        return int(read_regular(os.path.join(rdir, "worker.pid"), 64).strip() or b"0") or None
     except (OSError, ValueError):
         return None
 
@@ -226,12 +250,8 @@ def pid_alive(pid: Optional[int], run_id: str) -> bool:
 
 def last_line(path: str) -> bytes:
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 65536))
-            lines = f.read().splitlines()
-            return lines[-1] if lines else b""
+        lines = read_tail(path, 65536).splitlines()
+        return lines[-1] if lines else b""
     except OSError:
         return b""
 
@@ -240,9 +260,10 @@ def run_status(run_id: str) -> Dict[str, Any]:
     rdir = run_dir(run_id)
     events = os.path.join(rdir, "events.ndjson")
     try:
-        with open(os.path.join(rdir, "spec.json")) as f:
-            spec = json.load(f)
-    except (OSError, ValueError):
+        spec = json.loads(read_regular(os.path.join(rdir, "spec.json"), wire.MAX_LINE))
+        if not isinstance(spec, dict):
+            spec = {}
+    except (OSError, ValueError, RecursionError):
         spec = {}
     last = last_line(events)
     pid = read_pid(rdir)
@@ -259,8 +280,12 @@ def run_status(run_id: str) -> Dict[str, Any]:
         started = os.stat(os.path.join(rdir, "spec.json")).st_mtime
     except OSError:
         started = 0.0
-    return {"run_id": run_id, "workload": str(spec.get("workload", "?")), "status": status,
-            "started": started, "last_seq": count_lines(events) - 1, "pid": pid}
+    try:
+        last_seq = count_lines(events) - 1
+    except OSError:
+        last_seq = -1
+    return {"run_id": run_id, "workload": str(spec.get("workload", "?"))[:4096],
+            "status": status, "started": started, "last_seq": last_seq, "pid": pid}
 
 
 def list_runs() -> List[Dict[str, Any]]:
@@ -403,29 +428,61 @@ def follow(run_id: str, from_seq: int, send_raw: Callable[[bytes], None],
     Returns the next seq to send. Only whole lines are forwarded (the worker may be in
     the middle of writing the last one), several at a time: each ``send_raw`` call gets
     the whole lines read so far, so it never splits a line.
+
+    The workload can write its own run's log (``$GPUWS_RUN_DIR`` is in its environment):
+    a log that is not a regular file (a FIFO, a link to ``/dev/zero``) ends the follow
+    with an ``error`` event instead of blocking it, and a line over the wire's limit is
+    dropped (counted as a line, reported once) instead of held in memory.
     """
     rdir = run_dir(run_id)
     path = os.path.join(rdir, "events.ndjson")
     seq = 0
     pending = b""
+    skipping = False  # inside a line over the limit, dropped up to its newline
+    dropped = 0
     f = None
     idle_since = time.time()
+
+    def refuse(why: str) -> None:
+        send_raw(wire.dumps(wire.error(
+            "run_log_unreadable", "The run's event log cannot be followed",
+            "run %s: %s" % (run_id, why),
+            "the workload replaced or damaged its own run's events.ndjson; the events "
+            "already received are kept")))
+
     try:
         while not stop.is_set():
             if f is None:
                 try:
-                    f = open(path, "rb")
+                    fd, _st = open_regular(path)
                 except FileNotFoundError:
                     if not follow_live:
                         return seq
                     time.sleep(poll_s)
                     continue
+                except OSError as exc:
+                    refuse("events.ndjson %s" % (exc.strerror or exc))
+                    return seq
+                f = os.fdopen(fd, "rb")
             chunk = f.read(1 << 20)
             if chunk:
                 idle_since = time.time()
                 pending += chunk
+                if skipping:
+                    nl = pending.find(b"\n")
+                    if nl < 0:
+                        pending = b""
+                        continue
+                    pending, skipping = pending[nl + 1:], False
+                    seq += 1  # the dropped line had a seq too; skipping it keeps count
                 end = pending.rfind(b"\n") + 1
                 whole, pending = pending[:end], pending[end:]
+                if len(pending) > wire.MAX_LINE:
+                    pending, skipping = b"", True
+                    dropped += 1
+                    if dropped == 1:
+                        refuse("a line over %d bytes was dropped (more are counted, not "
+                               "reported)" % wire.MAX_LINE)
                 count = whole.count(b"\n")
                 if seq < from_seq:
                     whole = _skip_lines(whole, min(from_seq - seq, count))
@@ -448,10 +505,14 @@ def follow(run_id: str, from_seq: int, send_raw: Callable[[bytes], None],
             if time.time() - idle_since > 1.0:
                 # Quiet for a while: is the worker still there?
                 idle_since = time.time()
-                if finish_if_dead(run_id, "failed",
-                                  "the worker process died (killed, or the pod restarted); "
-                                  "see worker.log in the run directory"):
-                    continue
+                try:
+                    if finish_if_dead(run_id, "failed",
+                                      "the worker process died (killed, or the pod "
+                                      "restarted); see worker.log in the run directory"):
+                        continue
+                except OSError as exc:
+                    refuse("its final event cannot be written (%s)" % (exc.strerror or exc))
+                    return seq
             time.sleep(poll_s)
         return seq
     finally:

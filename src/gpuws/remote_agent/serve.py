@@ -203,10 +203,25 @@ def _telemetry(msg: Dict[str, Any], srv: Server) -> None:
 
 def _stat_file(msg: Dict[str, Any], srv: Server) -> None:
     path = safe_path(str(msg["path"]))
-    from .worker import sha256_file
 
-    size, digest = sha256_file(path)
-    srv.reply(msg.get("req"), "stat_result", path=path, size=size, sha256=digest)
+    def go() -> None:
+        # On its own thread: hashing a large report must not hold up a Ping.
+        from .safefiles import NotRegular, sha256_regular
+
+        try:
+            size, digest = sha256_regular(path)
+        except NotRegular as exc:
+            # A FIFO or device in a run directory is the workload's doing: refused, never
+            # opened in a way that could block or read forever.
+            srv.fail(msg.get("req"), "not_a_file", "Not a regular file",
+                     "refusing %s: %s" % (path, exc.strerror))
+            return
+        except OSError as exc:
+            srv.fail(msg.get("req"), "pod_error", "The pod refused",
+                     "%s: %s" % (path, exc.strerror or exc))
+            return
+        srv.reply(msg.get("req"), "stat_result", path=path, size=size, sha256=digest)
+    srv.spawn(go, msg.get("req"))
 
 
 def _ncu_plan(msg: Dict[str, Any], srv: Server) -> None:

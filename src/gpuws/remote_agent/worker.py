@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-import hashlib
+import errno
 import json
 import os
 import signal
 import socket
+import stat
 import sys
 import time
 import traceback
-from typing import Any, Dict, Optional, Set
+from typing import Any, Dict, List, Optional, Set
 
 from . import procs, runs, wire
+from .safefiles import NotRegular, kind_of, sha256_regular
 
 Emit = procs.Emit
+
+#: Seconds and bytes one pass over the artifact dir may spend hashing, and the most
+#: artifacts one run announces. A pass at the H200 pod's ~1 GB/s sha256 hashes ~100 GB
+#: in that time; what is over is reported, never waited for.
+HASH_BUDGET_S = 120.0
+HASH_BUDGET_BYTES = 64 << 30
+MAX_ARTIFACTS = 4096
 
 
 class RunContext:
@@ -32,23 +41,134 @@ class RunContext:
         self.env["GPUWS_RUN_ID"] = run_id
         self.env["GPUWS_RUN_DIR"] = self.run_dir
         self.announced: Set[str] = set()
+        self.skipped: Set[str] = set()
         self.exit_code: Optional[int] = None
+        #: Bounds of one :meth:`announce_artifacts` pass (what a workload leaves is
+        #: untrusted: the worker must reach ``run_finished`` whatever it is).
+        self.hash_budget_s = HASH_BUDGET_S
+        self.hash_budget_bytes = HASH_BUDGET_BYTES
+        self.max_artifacts = MAX_ARTIFACTS
 
     def announce_artifacts(self) -> None:
-        """Emit an ``artifact`` event for every new file under the artifact dir."""
-        for root, _dirs, files in os.walk(self.artifact_dir):
+        """Emit an ``artifact`` event for every new regular file under the artifact dir.
+
+        The workload owns that directory and may leave anything there: FIFOs (an open
+        would block forever), devices and links to them (a read never ends), names with
+        escape sequences or newlines, files that keep growing. Only regular files are
+        hashed, opened without following links and without blocking; links are never
+        followed (a linked directory is not entered); each entry skipped is reported once
+        as a warning. One call hashes for at most :attr:`hash_budget_s` seconds and
+        :attr:`hash_budget_bytes` bytes; a file is hashed up to the size it had when
+        opened, which is the size announced.
+        """
+        deadline = time.monotonic() + self.hash_budget_s
+        budget = [self.hash_budget_bytes]
+        try:
+            st = os.lstat(self.artifact_dir)
+        except OSError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            self._skip("", "the artifact directory itself was replaced (%s)"
+                       % kind_of(st.st_mode))
+            return
+        left_out = 0
+        for root, dirs, files in os.walk(self.artifact_dir, followlinks=False):
+            entered = []
+            for name in sorted(dirs):
+                rel = os.path.relpath(os.path.join(root, name), self.artifact_dir)
+                problem = _name_problem(name)
+                if os.path.islink(os.path.join(root, name)):
+                    # os.walk lists a linked directory and, with followlinks=False, does
+                    # not enter it: say so, it may be what the person looks for.
+                    self._skip(rel, "it is a symlink, not a regular file")
+                elif problem is not None:
+                    self._skip(rel, problem)
+                else:
+                    entered.append(name)
+            dirs[:] = entered
             for name in sorted(files):
                 path = os.path.join(root, name)
                 rel = os.path.relpath(path, self.artifact_dir)
-                if rel in self.announced or rel.endswith((".part", ".tmp")):
+                if rel in self.announced or rel in self.skipped or rel.endswith((".part",
+                                                                                 ".tmp")):
                     continue
-                try:
-                    size, digest = sha256_file(path)
-                except OSError:
+                if time.monotonic() > deadline or budget[0] <= 0 \
+                        or len(self.announced) >= self.max_artifacts:
+                    left_out += 1
                     continue
-                self.announced.add(rel)
-                self.emit(wire.make("artifact", name=rel, path=path, size=size, sha256=digest,
-                                    kind=artifact_kind(rel)))
+                self._announce(rel, path, deadline, budget)
+        if left_out:
+            self.emit(wire.make("log", level="warning", message=(
+                "%d artifact(s) not announced: over this run's bound of %d artifacts or the "
+                "hashing budget (%.0f s, %d MiB per pass)" % (
+                    left_out, self.max_artifacts, self.hash_budget_s,
+                    self.hash_budget_bytes >> 20))))
+
+    def _announce(self, rel: str, path: str, deadline: float, budget: List[int]) -> None:
+        problem = _name_problem(rel)
+        if problem is not None:
+            self._skip(rel, problem)
+            return
+        try:
+            size, digest = sha256_regular(path, deadline, budget)
+        except NotRegular as exc:
+            self._skip(rel, str(exc))
+            return
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return  # gone before we got to it: nothing to announce
+            self._skip(rel, "it cannot be read (%s)" % exc.strerror)
+            return
+        self.announced.add(rel)
+        self.emit(wire.make("artifact", name=rel, path=path, size=size, sha256=digest,
+                            kind=artifact_kind(rel)))
+
+    def _skip(self, rel: str, why: str) -> bool:
+        """Report a skipped entry (once per run); False, for use in filters."""
+        if rel not in self.skipped:
+            self.skipped.add(rel)
+            self.emit(wire.make("log", level="warning", message="artifact %s skipped: %s"
+                                % (visible(rel) if rel else "directory", why)))
+        return False
+
+
+#: Longest artifact name announced (bytes of UTF-8); longer ones are skipped.
+MAX_NAME_BYTES = 1024
+
+
+def _name_problem(rel: str) -> Optional[str]:
+    """Why ``rel`` cannot be an artifact name, or None when it can.
+
+    A name must be relative, already normalised, without ``..``, printable (no control
+    characters: a newline would forge output lines, an escape sequence would drive the
+    laptop's terminal) and valid UTF-8 (os.walk gives undecodable bytes as surrogates).
+    """
+    if not rel or os.path.isabs(rel) or os.path.normpath(rel) != rel:
+        return "its name is not a plain relative path"
+    if any(part in ("", ".", "..") for part in rel.split(os.sep)):
+        return "its name contains '..' or an empty part"
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xDFFF
+           or c in "\u2028\u2029" for c in rel):
+        return "its name contains control characters or bytes that are not UTF-8"
+    if len(rel.encode("utf-8")) > MAX_NAME_BYTES:
+        return "its name is over %d bytes" % MAX_NAME_BYTES
+    return None
+
+
+def visible(name: str, limit: int = 200) -> str:
+    """``name`` with every control or undecodable character written as an escape."""
+    out = []
+    for c in name[:limit]:
+        code = ord(c)
+        if code < 0x20 or 0x7F <= code <= 0x9F or c in "\u2028\u2029":
+            out.append("\\x%02x" % code if code < 0x100 else "\\u%04x" % code)
+        elif 0xDC80 <= code <= 0xDCFF:  # an undecodable byte, as os.fsdecode gives it
+            out.append("\\x%02x" % (code - 0xDC00))
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append("\\u%04x" % code)
+        else:
+            out.append(c)
+    return repr("".join(out) + ("..." if len(name) > limit else ""))
 
 
 def artifact_kind(name: str) -> str:
@@ -57,16 +177,6 @@ def artifact_kind(name: str) -> str:
         if name.endswith(suffix):
             return kind
     return "file"
-
-
-def sha256_file(path: str) -> "tuple[int, str]":
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-            size += len(chunk)
-    return size, h.hexdigest()
 
 
 #: Disk set aside when a run starts, so its final event still fits when the disk fills up.
@@ -113,7 +223,8 @@ def main(run_id: str) -> int:
     if log.write_error is None:
         try:
             ctx.announce_artifacts()
-        except OSError:
+        except Exception:
+            # Whatever the workload left behind, the run still gets its final event.
             failure += traceback.format_exc()
     if log.write_error is not None:
         # The log stopped taking events (disk full, quota, file size limit). The space
