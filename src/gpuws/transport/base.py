@@ -2,13 +2,14 @@
 
 Implementations: ``local`` (the agent as a subprocess here), ``ssh`` (asyncssh exec
 channels, SFTP when offered). A PTY-only transport plugs in behind the same interface.
-All remote commands are argv lists; a transport that needs a command *string* quotes
-them with ``shlex.join`` — there is no string-concatenated shell anywhere.
+All remote commands are argv lists; a transport that needs a command *string* builds
+it with :func:`shell_command` — there is no string-concatenated shell anywhere.
 """
 
 from __future__ import annotations
 
 import abc
+import shlex
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -58,12 +59,24 @@ class TransportInfo:
     sftp: bool = False
     notes: list[str] = field(default_factory=list)
     connect_s: float | None = None
+    #: A silent link is declared dead at most this many seconds after the pod's last
+    #: packet (SSH keepalives); None where there is no link to lose (``local``).
+    dead_link_bound_s: float | None = None
 
 
 class Transport(abc.ABC):
-    """How gpuws reaches one pod."""
+    """How gpuws reaches one pod.
+
+    Attributes:
+        info: what ``doctor`` reports about the link.
+        lost_reason: why the link ended without gpuws closing it (unanswered keepalives,
+            the server closing it, a jump host lost), in words, with the bound for a
+            silent link; None while it is up or after :meth:`close`. When it is set, the
+            channels of the link have hit end of file.
+    """
 
     info: TransportInfo
+    lost_reason: str | None = None
 
     @abc.abstractmethod
     async def connect(self) -> None:
@@ -95,3 +108,25 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Close the link; runs on the pod go on."""
+
+
+def shell_command(argv: Sequence[str]) -> str:
+    """``argv`` as a command line that every login shell hands to ``/bin/sh`` unchanged.
+
+    sshd runs an exec request's command with the user's login shell, which may be sh,
+    dash, bash, zsh, fish or tcsh: their quoting rules differ (fish and csh treat ``\\``,
+    ``$``, ``!`` and newlines inside quotes their own way), so ``shlex.join(argv)`` alone
+    is only right for POSIX shells. The POSIX command line goes as one single-quoted
+    word of ``printf`` escapes: every byte outside ``[A-Za-z0-9 ,._/:=+@-]`` is written
+    as ``\\NNN`` (octal). Such a word means the same in all of these shells (no quote,
+    ``$``, ``!``, ``%`` or newline inside; a backslash is followed by a digit, which
+    fish and csh keep as it is), and ``sh`` turns it back into the command with
+    ``printf`` and runs it with ``eval``. Tested with real sshd sessions under each shell.
+    """
+    script = shlex.join(argv)
+    encoded = "".join(c if c in _PLAIN else "".join(f"\\{b:03o}" for b in c.encode())
+                      for c in script)
+    return f"exec /bin/sh -c 'eval \"$(printf \"$0\")\"' '{encoded}'"
+
+
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 ,._/:=+@-")

@@ -1,5 +1,24 @@
 """The SSH transport: asyncssh exec channels, SFTP when the pod offers it.
 
+Where to connect and how comes from OpenSSH's own rules (``sshconfig.resolve``: ``ssh
+-G``, or asyncssh's config support where there is no ``ssh``). This module applies the
+answer the way ``ssh`` does:
+
+- ``ProxyJump`` chains of any length: the first hop is reached as ``ssh`` would reach
+  it (its own config, its own ``ProxyJump``), each later hop through the one before it
+  (its own config, but no proxy of its own, as ``ssh -J`` does), every hop with its own
+  host-key check; a hop that fails is named in the error.
+- ``ProxyCommand`` runs through the person's shell (``$SHELL -c "exec …"``, as ``ssh``
+  runs it) with its stdin/stdout on one end of a socket pair; its stderr is kept for
+  the error message instead of landing on the terminal.
+- Keys as ``ssh`` offers them: the agent's (``IdentityAgent``; with ``IdentitiesOnly``
+  only those named by an ``IdentityFile``, whose ``.pub`` or public-key file is enough),
+  then the ``IdentityFile`` keys on disk, with ``CertificateFile`` certificates.
+- Keepalives follow ``ServerAliveInterval``/``ServerAliveCountMax``; unset (OpenSSH's
+  ``0``), gpuws sends them every ``DEFAULT_ALIVE_INTERVAL`` s anyway, because a run
+  watched from a laptop must learn that a silent link is dead. When they go unanswered
+  the connection is closed and :attr:`SSHTransport.lost_reason` says why.
+
 Host keys are checked here, before anything is sent: a known key passes, an unknown
 host is refused with its fingerprint unless the person asked for accept-new, and a
 changed key is always refused. ``OSError`` and ``asyncssh.Error`` become gpuws errors
@@ -9,20 +28,26 @@ at this boundary and nowhere else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-import shlex
 import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import asyncssh
 
 from ..errors import AuthError, ConnectError, GpuwsError, HostKeyError, TransferError
-from .base import RemoteProcess, Transport, TransportInfo
+from .base import RemoteProcess, Transport, TransportInfo, shell_command
 from .sshconfig import SSHTarget, resolve
+
+#: Seconds between keepalives when the config sets no ``ServerAliveInterval``. With
+#: OpenSSH's default ``ServerAliveCountMax 3`` a dead link is declared within 45 s.
+DEFAULT_ALIVE_INTERVAL = 15.0
+#: Seconds to reach the pod when the config sets no ``ConnectTimeout``.
+DEFAULT_CONNECT_TIMEOUT = 15.0
 
 
 @dataclass
@@ -33,10 +58,54 @@ class HostKeyVerdict:
     known_hosts: str = ""
 
 
-def _known_keys(target: SSHTarget, addr: str) -> tuple[list[asyncssh.SSHKey],
-                                                        list[asyncssh.SSHKey]]:
+@dataclass(frozen=True)
+class Keepalive:
+    """How a silent link is noticed.
+
+    Attributes:
+        interval_s: seconds of silence before a keepalive is sent.
+        count_max: ``ServerAliveCountMax``.
+        bound_s: the link is declared dead at most this long after the server's last
+            packet.
+    """
+
+    interval_s: float
+    count_max: int
+    bound_s: float
+
+    @property
+    def asyncssh_count_max(self) -> int:
+        # asyncssh gives up when its timer fires count_max + 1 times with nothing from the
+        # server; OpenSSH gives up after about interval x count (ssh 9.2 with 1 s x 2 quit
+        # 2.1 s after the server froze), so one less here. At least one keepalive is
+        # always sent first: with 0, an idle but healthy link would be declared dead.
+        return max(1, self.count_max - 1)
+
+    def describe(self) -> str:
+        """The bound in words, for notes and for :attr:`SSHTransport.lost_reason`."""
+        return (f"keepalive every {self.interval_s:g} s, dead after {self.bound_s:g} s "
+                f"without an answer (ServerAliveInterval {self.interval_s:g} x "
+                f"ServerAliveCountMax {self.count_max})")
+
+
+def keepalive_for(target: SSHTarget) -> Keepalive:
+    """The keepalive policy for ``target`` (``ServerAlive*``, or gpuws's default)."""
+    interval = target.server_alive_interval or DEFAULT_ALIVE_INTERVAL
+    count = max(1, target.server_alive_count_max)
+    return Keepalive(interval, count, interval * (max(1, count - 1) + 1))
+
+
+def _known_keys(target: SSHTarget) -> tuple[list[asyncssh.SSHKey], list[asyncssh.SSHKey],
+                                            list[str]]:
+    """Trusted and revoked keys for the target's name, and the files that name it.
+
+    Matched by name (``HostKeyAlias`` or ``HostName``) and port only, as OpenSSH does with
+    its default ``CheckHostIP no``: through a jump host or a ProxyCommand there is no
+    address to check, and a name only the jump host can resolve must not be looked up.
+    """
     keys: list[asyncssh.SSHKey] = []
     revoked: list[asyncssh.SSHKey] = []
+    where: list[str] = []
     host = target.host_key_alias or target.hostname
     for path in target.known_hosts_files:
         if not os.path.exists(path):
@@ -46,13 +115,17 @@ def _known_keys(target: SSHTarget, addr: str) -> tuple[list[asyncssh.SSHKey],
         except (OSError, ValueError) as exc:
             raise HostKeyError(f"cannot read known_hosts file {path}: {exc}",
                                remedy="fix or remove the malformed line") from exc
-        result = kh.match(host, addr, target.port if target.port != 22 else None)
+        result = kh.match(host, "", target.port if target.port != 22 else None)
+        if result[0] or result[2]:
+            where.append(path)
         keys.extend(result[0])
         revoked.extend(result[2])
-    return keys, revoked
+    return keys, revoked, where
 
 
 def _record_host_key(target: SSHTarget, key: asyncssh.SSHKey) -> str:
+    if not target.user_known_hosts:  # UserKnownHostsFile none: trusted for this link only
+        return "nowhere (UserKnownHostsFile none)"
     path = target.known_hosts_files[0]
     os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
     line = f"{target.known_hosts_name} {key.export_public_key().decode().strip()}\n"
@@ -65,20 +138,25 @@ def _record_host_key(target: SSHTarget, key: asyncssh.SSHKey) -> str:
 
 
 class _Client(asyncssh.SSHClient):
-    """Decides about the host key with the person's policy; records the verdict."""
+    """Decides about the host key with the person's policy; reports how far it got."""
 
-    def __init__(self, target: SSHTarget, accept_new: bool, verdict: HostKeyVerdict) -> None:
-        self._target = target
-        self._accept_new = accept_new
-        self._verdict = verdict
+    def __init__(self, owner: SSHTransport) -> None:
+        self._owner = owner
+
+    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
+        self._owner._answered(conn)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._owner._lost(exc)
 
     def validate_host_public_key(self, host: str, addr: str, port: int,
                                  key: asyncssh.SSHKey) -> bool:
-        v = self._verdict
+        owner = self._owner
+        target, v = owner.target, owner.verdict
         v.fingerprint = key.get_fingerprint("sha256")
         v.key_type = key.get_algorithm()
-        keys, revoked = _known_keys(self._target, addr)
-        v.known_hosts = ", ".join(self._target.known_hosts_files)
+        keys, revoked, where = _known_keys(target)
+        v.known_hosts = ", ".join(where or target.known_hosts_files[:1])
         if key in revoked:
             v.status = "revoked"
             return False
@@ -88,13 +166,70 @@ class _Client(asyncssh.SSHClient):
         if keys:
             v.status = "changed"
             return False
-        policy = self._target.strict_host_key_checking
-        if self._accept_new or policy in ("accept-new", "no"):
-            v.known_hosts = _record_host_key(self._target, key)
+        if owner.accept_new or target.strict_host_key_checking in ("accept-new", "no"):
+            v.known_hosts = _record_host_key(target, key)
             v.status = "accepted"
             return True
         v.status = "unknown"
         return False
+
+
+class _ProxyCommand:
+    """A ``ProxyCommand`` with its stdin/stdout on a socket pair, as ``ssh`` runs it."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.proc: asyncio.subprocess.Process | None = None
+        self._stderr: deque[str] = deque(maxlen=5)
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> socket.socket:
+        ours, theirs = socket.socketpair()
+        shell = os.environ.get("SHELL") or "/bin/sh"
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                shell, "-c", f"exec {self.command}", stdin=theirs.fileno(),
+                stdout=theirs.fileno(),
+                stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        except OSError:
+            ours.close()
+            raise
+        finally:
+            theirs.close()  # the command holds its own copy; EOF reaches us when it exits
+        self._reader = asyncio.create_task(self._read_stderr())
+        return ours
+
+    async def _read_stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        with contextlib.suppress(OSError):
+            async for line in self.proc.stderr:
+                text = line.decode("utf-8", "replace").strip()
+                if text:
+                    self._stderr.append(text)
+
+    async def why(self) -> str:
+        """What the command said, and its exit status if it has ended."""
+        status = None
+        if self.proc is not None:
+            with contextlib.suppress(TimeoutError):
+                status = await asyncio.wait_for(self.proc.wait(), 0.5)
+        if self._reader is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._reader), 0.5)
+        said = " / ".join(self._stderr)
+        ended = f"exited with status {status}" if status is not None else "is running"
+        return f"{ended}{': ' + said if said else ''}"
+
+    async def close(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.terminate()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), 5)
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
 
 
 class SSHProcess(RemoteProcess):
@@ -113,20 +248,51 @@ class SSHProcess(RemoteProcess):
 
 
 class SSHTransport(Transport):
-    """Reaches a pod through OpenSSH-compatible configuration and asyncssh."""
+    """Reaches a pod the way OpenSSH's ``ssh`` would, through asyncssh.
+
+    Args:
+        destination: an ssh alias or ``[user@]host[:port]``.
+        config_file: ``-F FILE``.
+        port: ``-p PORT``.
+        user: ``-l USER``.
+        accept_new: record an unknown host key (every hop's) instead of refusing it.
+        connect_timeout: seconds when the config sets no ``ConnectTimeout``.
+        ssh_binary: the ``ssh`` whose ``-G`` decides (None: from ``PATH``; ``""``:
+            asyncssh's config support, as on a machine without ``ssh``).
+        ignore_proxy: this is a later hop of a ``ProxyJump`` chain (see the module notes).
+
+    Attributes:
+        target: where and how, as resolved (``user``, ``hostname``, ``port``,
+            ``proxy_jump``...).
+        verdict: the host-key decision of the last connect (of the hop that failed, if
+            a jump host's key was refused).
+        keepalive: how a silent link is noticed, and the bound on it.
+    """
 
     def __init__(self, destination: str, *, config_file: str | None = None,
                  port: int | None = None, user: str | None = None, accept_new: bool = False,
-                 connect_timeout: float = 15.0) -> None:
-        self.target = resolve(destination, config_file, port=port, user=user)
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                 ssh_binary: str | None = None, ignore_proxy: bool = False) -> None:
+        self.target = resolve(destination, config_file, port=port, user=user,
+                              ssh_binary=ssh_binary, ignore_proxy=ignore_proxy)
+        self.destination = destination
         self.config_file = config_file
         self.accept_new = accept_new
+        self.ssh_binary = ssh_binary
         self.connect_timeout = self.target.connect_timeout or connect_timeout
+        self.keepalive = keepalive_for(self.target)
         self.verdict = HostKeyVerdict()
-        self.info = TransportInfo(kind="ssh", target=destination, notes=list(self.target.notes))
+        self.info = TransportInfo(kind="ssh", target=destination, notes=list(self.target.notes),
+                                  dead_link_bound_s=self.keepalive.bound_s)
+        self.lost_reason: str | None = None
         self._conn: asyncssh.SSHClientConnection | None = None
-        self._jump: SSHTransport | None = None
+        self._hops: list[SSHTransport] = []
+        self._proxy: _ProxyCommand | None = None
         self._sftp: asyncssh.SFTPClient | None = None
+        self._handshake: asyncssh.SSHClientConnection | None = None
+        self._closing = False
+        self._skipped_keys: list[str] = []
+        self._agent_keys = 0
 
     @property
     def conn(self) -> asyncssh.SSHClientConnection:
@@ -136,53 +302,220 @@ class SSHTransport(Transport):
 
     async def connect(self) -> None:
         t0 = time.monotonic()
+        await self.open_link()
+        self.info.connect_s = time.monotonic() - t0
+        await self._detect_sftp()
+
+    async def open_link(self, tunnel: asyncssh.SSHClientConnection | None = None) -> None:
+        """Open the SSH connection (through its jump hosts or ProxyCommand), no SFTP yet.
+
+        Args:
+            tunnel: reach the host through this connection (a later ``ProxyJump`` hop).
+        """
+        self._closing = False
+        self.lost_reason = None
+        self._handshake = None
         t = self.target
         check_host_name(t.hostname)
-        tunnel: Any = ()
-        if t.proxy_jump:
-            # Each hop is resolved and host-key-checked with the same rules.
-            hop = t.proxy_jump.split(",")[-1]
-            self._jump = SSHTransport(hop, config_file=self.config_file,
-                                      accept_new=self.accept_new)
-            await self._jump.connect()
-            tunnel = self._jump.conn
+        try:
+            if tunnel is None and t.jump_hosts:
+                tunnel = await self._open_hops()
+            await self._open(tunnel)
+        except BaseException:
+            await self._close_chain()
+            raise
+
+    async def _open_hops(self) -> asyncssh.SSHClientConnection:
+        hops = self.target.jump_hosts
+        previous: asyncssh.SSHClientConnection | None = None
+        for i, spec in enumerate(hops):
+            where = f"jump host {spec}" + (f" (hop {i + 1} of {len(hops)})" if len(hops) > 1
+                                           else "")
+            hop: SSHTransport | None = None
+            try:
+                hop = SSHTransport(spec, config_file=self.config_file,
+                                   accept_new=self.accept_new, ssh_binary=self.ssh_binary,
+                                   ignore_proxy=i > 0)
+                self._hops.append(hop)
+                await hop.open_link(previous)
+            except GpuwsError as exc:
+                if isinstance(exc, HostKeyError) and hop is not None:
+                    for f in fields(HostKeyVerdict):  # what the TUI shows: the hop's key
+                        setattr(self.verdict, f.name, getattr(hop.verdict, f.name))
+                raise type(exc)(f"{where}: {exc.message}", title=exc.title,
+                                remedy=exc.remedy) from exc
+            for note in hop.info.notes:
+                if not any(note in known for known in self.info.notes):  # named once
+                    self.info.notes.append(f"{spec}: {note}")
+            previous = hop.conn
+        assert previous is not None
+        return previous
+
+    async def _open(self, tunnel: asyncssh.SSHClientConnection | None) -> None:
+        t = self.target
+        keys, agent = await self._auth_keys()
         opts: dict[str, Any] = {
             "port": t.port, "username": t.user, "config": [], "known_hosts": ([], [], []),
-            "tunnel": tunnel, "connect_timeout": self.connect_timeout,
-            "client_factory": lambda: _Client(t, self.accept_new, self.verdict),
+            "connect_timeout": self.connect_timeout,
+            "client_factory": lambda: _Client(self),
+            # Keys are chosen above, as ssh chooses them; asyncssh must not add its own.
+            "client_keys": keys or None, "agent_path": None,
+            "keepalive_interval": self.keepalive.interval_s,
+            "keepalive_count_max": self.keepalive.asyncssh_count_max,
             # An 8 MiB receive window: asyncssh's 2 MiB default made the pod wait a round
             # trip for window updates (SFTP pull 0.60x scp at 20 ms RTT; 2.35x with this).
             "window": 8 << 20,
         }
-        try:
-            addr = socket.gethostbyname(t.hostname)
-        except (OSError, UnicodeError):
-            addr = t.hostname
-        known, _ = _known_keys(t, addr)
+        if tunnel is not None:
+            opts["tunnel"] = tunnel
+        elif t.proxy_command:
+            self._proxy = _ProxyCommand(t.proxy_command)
+            try:
+                opts["sock"] = await self._proxy.start()
+            except OSError as exc:
+                raise ConnectError(f"cannot start ProxyCommand `{t.proxy_command}`: "
+                                   f"{exc.strerror or exc}", title="ProxyCommand failed",
+                                   remedy="check the ProxyCommand in your ssh config") from exc
+        known, _, _ = _known_keys(t)
         if known:
             # Ask for the key type we already trust, as OpenSSH does; otherwise a
             # server with several keys could present another type and look "changed".
             opts["server_host_key_algs"] = sorted({k.get_algorithm() for k in known})
-        if t.identity_files:
-            opts["client_keys"] = [p for p in t.identity_files if os.path.exists(p)] or None
-        if t.identities_only or t.identity_agent == "":
-            opts["agent_path"] = None
-        elif t.identity_agent:
-            opts["agent_path"] = t.identity_agent
         try:
             self._conn = await asyncssh.connect(t.hostname, **opts)
         except asyncssh.HostKeyNotVerifiable as exc:
             raise self._host_key_error() from exc
         # KeyImportError (a locked key file) is a ValueError, not an asyncssh.Error.
         except (TimeoutError, OSError, asyncssh.Error, asyncssh.KeyImportError) as exc:
-            raise map_error(exc, t) from exc
+            raise await self._connect_error(exc, tunnel is not None) from exc
         except (UnicodeError, ValueError) as exc:
             # asyncssh refuses a user or host name it cannot encode (SASLprep, IDNA).
             raise ConnectError(f"{t.user}@{t.hostname}: not a usable user/host name ({exc})",
                                title="Bad destination",
                                remedy="check the user and host you typed or configured") from exc
-        self.info.connect_s = time.monotonic() - t0
-        await self._detect_sftp()
+        finally:
+            if agent is not None:
+                agent.close()
+                with contextlib.suppress(Exception):
+                    await agent.wait_closed()
+
+    async def _auth_keys(self) -> tuple[list[asyncssh.SSHKeyPair],
+                                        asyncssh.SSHAgentClient | None]:
+        """The keys ``ssh`` would offer, in its order: the agent's, then files on disk.
+
+        An ``IdentityFile`` counts by its public half (``key.pub``, or the file itself
+        when it is a public key), so ``IdentitiesOnly`` with a ``.pub`` file selects
+        that key in the agent (1Password, Secretive, a YubiKey), and a key file missing
+        on disk is no obstacle while the agent holds the key. A key with a passphrase
+        that is not in the agent is skipped (gpuws cannot ask for it) and named if
+        authentication fails.
+        """
+        t = self.target
+        certs: list[asyncssh.SSHCertificate] = []
+        for path in t.certificate_files:
+            with contextlib.suppress(OSError, asyncssh.KeyImportError):
+                certs.append(asyncssh.read_certificate(path))
+        identities: list[bytes] = []
+        files: list[asyncssh.SSHKeyPair] = []
+        self._skipped_keys = []
+        for path in t.identity_files:
+            public = _public_half(path)
+            if public is not None and public.public_data not in identities:
+                identities.append(public.public_data)
+            if not os.path.isfile(path) or _is_public(path):
+                continue
+            try:
+                loaded = asyncssh.load_keypairs([path], certlist=certs, ignore_encrypted=True)
+            except (OSError, asyncssh.KeyImportError, ValueError) as exc:
+                self._skipped_keys.append(f"{path} ({exc})")
+                continue
+            if not loaded:
+                self._skipped_keys.append(f"{path} (has a passphrase)")
+            files.extend(loaded)
+        agent_path = (t.identity_agent if t.identity_agent is not None
+                      else os.environ.get("SSH_AUTH_SOCK", ""))
+        agent: asyncssh.SSHAgentClient | None = None
+        from_agent: list[asyncssh.SSHKeyPair] = []
+        if agent_path and not (t.identities_only and not identities):
+            try:
+                agent = await asyncssh.connect_agent(agent_path)
+                from_agent = list(await agent.get_keys(identities if t.identities_only
+                                                       else None))
+            except (OSError, ValueError, asyncssh.Error) as exc:
+                self._skipped_keys.append(f"the agent at {agent_path} ({exc})")
+                if agent is not None:
+                    agent.close()
+                agent, from_agent = None, []
+        if t.identities_only:
+            from_agent.sort(key=lambda k: identities.index(k.public_data)
+                            if k.public_data in identities else len(identities))
+        by_key = {c.key.public_data: c for c in certs}
+        for key in from_agent:
+            cert = by_key.get(key.public_data)
+            if cert is not None:
+                key.set_certificate(cert)
+        held = {k.public_data for k in from_agent}
+        self._agent_keys = len(from_agent)
+        return from_agent + [k for k in files if k.public_data not in held], agent
+
+    def _answered(self, conn: asyncssh.SSHClientConnection) -> None:
+        self._handshake = conn
+
+    def _lost(self, exc: Exception | None) -> None:
+        """The connection ended: say why, unless gpuws closed it."""
+        if self._closing or self._conn is None:
+            return
+        t = self.target
+        where = f"{t.user}@{t.hostname}:{t.port}"
+        hop_reason = next((f"jump host {h.destination}: {h.lost_reason}"
+                           for h in self._hops if h.lost_reason), None)
+        reason = getattr(exc, "reason", None) or (str(exc) if exc else "")
+        if hop_reason:
+            self.lost_reason = hop_reason
+        elif "keepalive" in reason:
+            k = self.keepalive
+            self.lost_reason = (f"{where} stopped answering: no reply to keepalives for "
+                                f"{k.bound_s:g} s ({k.describe()})")
+        elif exc is None:
+            self.lost_reason = f"{where} closed the connection"
+        else:
+            self.lost_reason = f"the connection to {where} was lost: {reason}"
+
+    async def _connect_error(self, exc: BaseException, tunnelled: bool) -> GpuwsError:
+        t = self.target
+        if self._proxy is not None and not isinstance(exc, asyncssh.PermissionDenied):
+            why = await self._proxy.why()
+            if not self._server_version():
+                return ConnectError(
+                    f"ProxyCommand `{t.proxy_command}` {why}, and no SSH server answered "
+                    "through it", title="ProxyCommand failed",
+                    remedy="run the ProxyCommand by hand: it must connect its stdin and "
+                           "stdout to the pod's SSH port")
+        if tunnelled and isinstance(exc, asyncssh.ChannelOpenError):
+            jump = self.target.jump_hosts[-1] if self.target.jump_hosts else "the jump host"
+            return ConnectError(
+                f"jump host {jump} could not reach {t.hostname}:{t.port}: {exc.reason}",
+                title="Jump host cannot reach the pod",
+                remedy="HostName and Port are resolved and reached from the jump host: "
+                       "check them there")
+        if isinstance(exc, asyncssh.PermissionDenied):
+            tried = ", ".join(t.identity_files) or "no IdentityFile"
+            agent = (f"; {self._agent_keys} key(s) from ssh-agent" if self._agent_keys
+                     else "")
+            skipped = (f"; not usable: {', '.join(self._skipped_keys)}"
+                       if self._skipped_keys else "")
+            return AuthError(f"{t.user}@{t.hostname}:{t.port} refused our keys "
+                             f"({tried}{agent}{skipped})",
+                             remedy="check User and IdentityFile, that the public key is in "
+                                    "the pod's authorized_keys, and add a key with a "
+                                    "passphrase to ssh-agent (ssh-add)")
+        return map_error(exc, t, answered=self._handshake is not None and not tunnelled,
+                         server_version=self._server_version(),
+                         timeout=self.connect_timeout)
+
+    def _server_version(self) -> str | None:
+        conn = self._handshake
+        return None if conn is None else conn.get_extra_info("server_version")
 
     def _host_key_error(self) -> HostKeyError:
         t, v = self.target, self.verdict
@@ -214,7 +547,7 @@ class SSHTransport(Transport):
 
     async def start(self, argv: Sequence[str]) -> RemoteProcess:
         try:
-            proc = await self.conn.create_process(shlex.join(argv), encoding=None)
+            proc = await self.conn.create_process(shell_command(argv), encoding=None)
         except (OSError, asyncssh.Error) as exc:
             raise map_error(exc, self.target) from exc
         return SSHProcess(proc)
@@ -233,7 +566,7 @@ class SSHTransport(Transport):
         # window updates, a round trip each (41 MB/s at a 20 ms RTT; 112 with 8 MiB).
         try:
             channel = await self.conn.create_process(
-                shlex.join([*agent_argv, "cat", path, str(offset)]), encoding=None,
+                shell_command([*agent_argv, "cat", path, str(offset)]), encoding=None,
                 window=TRANSFER_WINDOW)
         except (OSError, asyncssh.Error) as exc:
             raise map_error(exc, self.target) from exc
@@ -252,16 +585,51 @@ class SSHTransport(Transport):
             proc.close()
 
     async def close(self) -> None:
+        self._closing = True
         if self._sftp is not None:
             self._sftp.exit()
-        if self._conn is not None:
-            self._conn.close()
+            self._sftp = None
+        await self._close_chain()
+
+    async def _close_chain(self) -> None:
+        """Close the connection, then its hops (last first) and its ProxyCommand."""
+        self._closing = True
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
             try:
-                await asyncio.wait_for(self._conn.wait_closed(), 5)
+                await asyncio.wait_for(conn.wait_closed(), 5)
             except (TimeoutError, OSError, asyncssh.Error):
                 pass
-        if self._jump is not None:
-            await self._jump.close()
+        for hop in reversed(self._hops):
+            await hop.close()
+        self._hops = []
+        if self._proxy is not None:
+            await self._proxy.close()
+            self._proxy = None
+
+
+def _is_public(path: str) -> bool:
+    """The file holds no private key (a ``.pub`` file or a certificate named as identity).
+
+    Looked at, not parsed: asyncssh's public-key reader also accepts a private key file.
+    """
+    try:
+        with open(path, "rb") as f:
+            return b"PRIVATE KEY" not in f.read(1 << 16)
+    except OSError:
+        return False
+
+
+def _public_half(path: str) -> asyncssh.SSHKey | None:
+    """The public key an ``IdentityFile`` stands for: ``path.pub``, ``path`` itself when it
+    is a public key, or the public half of an unencrypted private key."""
+    for candidate in (path + ".pub", path):
+        with contextlib.suppress(OSError, asyncssh.KeyImportError, ValueError):
+            return asyncssh.read_public_key(candidate)
+    with contextlib.suppress(OSError, asyncssh.KeyImportError, ValueError):
+        return asyncssh.read_private_key(path).convert_to_public()
+    return None
 
 
 #: Bytes of SFTP reads kept in flight. One read at a time left the link idle for a round
@@ -336,19 +704,38 @@ def check_host_name(name: str) -> None:
                            remedy="use an ssh alias or user@host[:port]")
 
 
-def map_error(exc: BaseException, t: SSHTarget) -> GpuwsError:
-    """One clear line for each way an SSH connection fails."""
+def map_error(exc: BaseException, t: SSHTarget, *, answered: bool = False,
+              server_version: str | None = None, timeout: float | None = None) -> GpuwsError:
+    """One clear line for each way an SSH connection fails.
+
+    Args:
+        answered: the TCP connection was made (something listens on that port).
+        server_version: the SSH version line the server sent, if any.
+        timeout: the connect timeout that ran out, for the message.
+    """
     where = f"{t.user}@{t.hostname}:{t.port}"
+    port = f"{t.hostname}:{t.port}"
     if isinstance(exc, socket.gaierror):
         return ConnectError(f"cannot resolve host {t.hostname!r} ({exc.strerror})",
                             title="Unknown host",
                             remedy="check the name, or the HostName in your ssh config")
     if isinstance(exc, ConnectionRefusedError):
-        return ConnectError(f"connection to {t.hostname}:{t.port} refused",
+        return ConnectError(f"connection to {port} refused",
                             title="Connection refused",
                             remedy="is sshd running there, and is the port right (-p / Port)?")
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return ConnectError(f"no answer from {t.hostname}:{t.port}", title="Connection timed out",
+        within = f" within {timeout:g} s" if timeout else ""
+        if server_version:
+            return ConnectError(f"{port} ({server_version}) did not finish the SSH login"
+                                f"{within}", title="SSH login timed out",
+                                remedy="the pod may be overloaded; try again, or raise "
+                                       "ConnectTimeout in your ssh config")
+        if answered:
+            return ConnectError(f"{port} accepted the connection but sent no SSH banner"
+                                f"{within}", title="No SSH banner",
+                                remedy="check the port (-p / Port) is the pod's SSH port; an "
+                                       "overloaded sshd (MaxStartups) also looks like this")
+        return ConnectError(f"no answer from {port}{within}", title="Connection timed out",
                             remedy="check the address, firewall and that the pod is running")
     if isinstance(exc, asyncssh.PermissionDenied):
         keys = ", ".join(t.identity_files) or "ssh-agent and ~/.ssh/id_*"
@@ -362,6 +749,13 @@ def map_error(exc: BaseException, t: SSHTarget) -> GpuwsError:
         return ConnectError(f"{where} refused to open a session channel: {exc.reason}",
                             title="Channel refused",
                             remedy="the server may allow only an interactive shell (PTY)")
+    if answered and not server_version and isinstance(
+            exc, (asyncssh.ConnectionLost, asyncssh.ProtocolError,
+                  asyncssh.ProtocolNotSupported, ConnectionResetError)):
+        return ConnectError(f"{port} answered but is not an SSH server (no SSH version line; "
+                            f"{getattr(exc, 'reason', None) or exc})",
+                            title="Not an SSH server",
+                            remedy="check the port (-p / Port): it reaches another service")
     if isinstance(exc, asyncssh.Error):
         return ConnectError(f"{where}: {exc.reason}", title="SSH error")
     if isinstance(exc, OSError):

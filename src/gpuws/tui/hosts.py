@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..errors import GpuwsError
 from ..sessions.cost import economics
 from ..sessions.store import SessionRow, Store
 
-# ``_read_lines`` is the ssh-config reader the SSH transport resolves hosts with
-# (Include followed, comments dropped); listing aliases must read the same lines.
-from ..transport.sshconfig import _read_lines, resolve
+# Names are listed from the config's Host lines; where each one leads is asked of the
+# same resolver the SSH transport connects with (``ssh -G``), never guessed here.
+from ..transport.sshconfig import config_hosts, resolve
 
 
 @dataclass(frozen=True)
@@ -47,20 +45,12 @@ class SessionSummary:
 
 
 def config_aliases(config_file: str | None) -> list[str]:
-    """``Host`` names without wildcards or negation, in file order.
+    """``Host`` names without wildcards or negation, in file order (``Include`` followed).
 
     Raises:
         ConfigError: the file cannot be read.
     """
-    path = Path(config_file).expanduser() if config_file else Path("~/.ssh/config").expanduser()
-    names: list[str] = []
-    for key, value in _read_lines(path):
-        if key != "host":
-            continue
-        for pattern in shlex.split(value):
-            if not any(c in pattern for c in "*?!") and pattern not in names:
-                names.append(pattern)
-    return names
+    return config_hosts(config_file)
 
 
 def summarize_sessions(store: Store, limit: int | None = None) -> list[SessionSummary]:
@@ -99,7 +89,9 @@ def _where(alias: str, config_file: str | None) -> str:
         t = resolve(alias, config_file)
     except GpuwsError:
         return ""
-    return f"{t.user}@{t.hostname}:{t.port}"
+    via = f" via {t.proxy_jump}" if t.proxy_jump else " via ProxyCommand" if t.proxy_command \
+        else ""
+    return f"{t.user}@{t.hostname}:{t.port}{via}"
 
 
 def _entry(name: str, where: str, in_config: bool, last: SessionSummary | None) -> HostEntry:
