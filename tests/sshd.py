@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,10 @@ class SshServer:
     without a TTY and starts a login shell (``pty_shell``: bash or sh) behind a banner.
     ``pty_noise`` makes a background job write a line to the terminal every that many
     seconds; ``pty_path`` replaces the login shell's PATH.
+
+    ``shells`` also accepts users made by :meth:`login_user` (each with its own login
+    shell, home and authorized_keys; the pod cache is then each user's own
+    ``~/.cache/gpuws``, since the bootstrap refuses a cache owned by someone else).
     """
 
     root: Path
@@ -59,6 +64,8 @@ class SshServer:
     pty_shell: str = "bash"
     pty_noise: float | None = None
     pty_path: str | None = None
+    users: list[str] = field(default_factory=list)
+    homes: Path | None = None
 
     @property
     def pod_cache(self) -> Path:
@@ -83,7 +90,7 @@ class SshServer:
             "ListenAddress 127.0.0.1",
             f"HostKey {self.host_key}",
             f"PidFile {self.root / 'sshd.pid'}",
-            f"AuthorizedKeysFile {self.root / 'authorized_keys'}",
+            f"AuthorizedKeysFile {self.root / 'authorized_keys'} .ssh/authorized_keys",
             # The key files live in a pytest tmp dir whose parents' modes we do not control.
             "StrictModes no",
             "PasswordAuthentication no",
@@ -107,7 +114,10 @@ class SshServer:
                 env.append(f"GPUWS_PTY_NOISE={self.pty_noise}")
             if self.pty_path:
                 env.append(f"GPUWS_PTY_PATH={self.pty_path}")
-        lines.append("SetEnv " + " ".join(env))
+        if self.variant == "shells":
+            env.remove(f"GPUWS_POD_CACHE={self.pod_cache}")
+        if env:
+            lines.append("SetEnv " + " ".join(env))
         lines += self.extra
         for _ in range(5):
             self.port = free_port()
@@ -152,6 +162,35 @@ class SshServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self.proc = None
+        for user in self.users:
+            # -f: even if a session of it is still being torn down.
+            subprocess.run(["userdel", "-f", user], check=False, capture_output=True)
+        self.users = []
+        if self.homes is not None:
+            shutil.rmtree(self.homes, ignore_errors=True)
+            self.homes = None
+
+    def login_user(self, shell: str) -> str:
+        """A user whose login shell is ``shell`` and who logs in with ``client_key``.
+
+        Needs root (``useradd``); the user is removed by :meth:`stop`. Its home lies in a
+        directory others may enter (pytest's tmp dirs are private to root).
+        """
+        if self.homes is None:
+            self.homes = Path(tempfile.mkdtemp(prefix="gpuws-shells-"))
+            self.homes.chmod(0o755)
+        name = f"gpuws{os.path.basename(shell)[:6]}{self.port}"
+        home = self.homes / name
+        # -p '*': no password, but not a locked account (sshd refuses those without PAM).
+        subprocess.run(["useradd", "-M", "-d", str(home), "-s", shell, "-p", "*", name],
+                       check=True, capture_output=True)
+        self.users.append(name)
+        (home / ".ssh").mkdir(parents=True)
+        (home / ".ssh" / "authorized_keys").write_text(
+            (self.root / "id_ed25519.pub").read_text())
+        subprocess.run(["chown", "-R", f"{name}:", str(home)], check=True)
+        home.chmod(0o700)
+        return name
 
     def known_hosts_line(self) -> str:
         pub = (self.root / "host_ed25519.pub").read_text().split()
