@@ -7,9 +7,9 @@ has looked at it:
 
 - a run event must belong to a run the laptop asked for on this connection (started
   with a laptop-chosen id, or attached by name);
-- ``seq`` is an integer in ``[0, MAX_SEQ]`` and continues the run's sequence; a jump
-  ahead is refused (a forged ``seq`` of 2**63 would otherwise poison every later batch),
-  a repeat is passed on for the store to deduplicate (or report, if its body differs);
+- ``seq`` is an integer in ``[0, MAX_SEQ]`` near the run's sequence; a far jump ahead is
+  refused (a forged ``seq`` of 2**63 would otherwise poison every later batch), a repeat
+  is passed on for the store to deduplicate (or report, if its body differs);
 - ``ts`` is finite and near the run's time;
 - strings, lists, maps and nesting are bounded, integers fit SQLite, floats are finite;
 - an artifact's name is a plain relative path inside the run's artifact directory, its
@@ -40,6 +40,8 @@ from ..textsafe import visible
 #: Highest ``seq`` accepted: two billion events is far past any real run, and far below
 #: what SQLite's INTEGER holds.
 MAX_SEQ = 2**31 - 1
+#: How far ahead of the next expected ``seq`` an event may jump.
+SEQ_WINDOW = 10_000
 #: Largest integer anywhere in an event (exact in a float; fits SQLite's INTEGER).
 MAX_INT = 2**53
 #: Longest string in an event (an output chunk is 16 KiB; a demangled kernel name a few).
@@ -175,12 +177,15 @@ class Boundary:
             self._refuse("seq", f"run {run_id}: an event with seq {visible(seq, 40)} "
                                 f"(expected 0…{MAX_SEQ})")
             return None
-        if seq > run.next_seq:
+        if seq > run.next_seq + SEQ_WINDOW:
             self._refuse("seq", f"run {run_id}: seq jumps from {run.next_seq} to {seq}")
             return None
-        in_sequence = seq == run.next_seq
+        # A small jump is let through: an undecodable line (counted above) may have held
+        # the seq in between. What matters downstream holds either way: the store resumes
+        # from its gap-free prefix and keeps the first copy of any seq.
+        in_sequence = seq >= run.next_seq
         if in_sequence:
-            run.next_seq += 1
+            run.next_seq = seq + 1
         try:
             _check_ts(ev.ts, run.started, self.now())
             _check_bounds(ev)

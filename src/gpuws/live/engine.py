@@ -169,12 +169,23 @@ class Engine:
             UnknownHostKey: ask the person, then connect again with ``accept_new``.
             GpuwsError: anything else, with its remedy; nothing is left open.
         """
+        started_wall = self.now()
         self.start()
         await self._close_orphans()
-        started_wall = self.now()
         client, probe = await dial(target, on_step, clock)
+        return await self.adopt(target, client, probe, started_wall)
+
+    async def adopt(self, target: Target, client: AgentClient, probe: protocol.Probe,
+                    started_wall: float | None = None) -> Link:
+        """Take over a connected agent client: open the session and watch the link.
+
+        :meth:`connect` ends here; tests and benchmarks hand in a client of their own.
+        """
+        self.start()
+        await self._close_orphans()
         try:
-            link = await self._open_session(target, client, probe, started_wall)
+            link = await self._open_session(target, client, probe,
+                                            self.now() if started_wall is None else started_wall)
         except BaseException:
             await client.close()
             raise
