@@ -1,19 +1,42 @@
-"""The headless twins end to end over a real sshd: run, pull, sessions, export, attach, report."""
+"""The headless twins end to end over a real sshd: run, pull, sessions, export, attach, report.
+
+And what a newcomer meets first: mistakes refused before connecting (exit 2, with what
+is valid), run ids found with ``gpuws history``, ``compare`` refusing nothing-to-compare,
+numbers printed for people, help on every option.
+"""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import importlib.util
 import json
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-from gpuws.cli import main
+from gpuws import runspec
+from gpuws.cli import main, make_parser
 from gpuws.errors import RunError, UsageError
 from gpuws.sessions.store import Store
 
 FIX = Path(__file__).parent / "fixtures" / "ncu-2025.3.1-h200"
+
+
+def _load_recorded() -> ModuleType:
+    # The realistic event streams of tests/sessions/recorded.py, loaded by path under a
+    # name no other test module uses.
+    spec = importlib.util.spec_from_file_location(
+        "gpuws_cli_recorded", Path(__file__).parent / "sessions" / "recorded.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RECORDED = _load_recorded()
 
 
 def test_cmd_run_over_ssh_pulls_artifacts_and_exports(ssh_config: Path, tmp_path: Path,
@@ -46,7 +69,7 @@ def test_detach_attach_runs_and_cancel(ssh_config: Path,
     assert main(["run", "pod", "-F", str(ssh_config), "-w",
                  "cmd:for i in 1 2 3; do echo tick-$i; sleep 0.2; done", "--detach"]) == 0
     run_id = capsys.readouterr().out.strip().splitlines()[-1]
-    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", run_id)
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]+", run_id)
     assert main(["attach", "pod", "-F", str(ssh_config), run_id]) == 0
     out = capsys.readouterr().out
     assert out.count("tick-3") == 1 and "run ok" in out
@@ -69,8 +92,178 @@ def test_failing_workloads_give_one_clear_line(capsys: pytest.CaptureFixture[str
     assert "cannot read the workload file" in err and len(err.strip().splitlines()) == 1
     assert main(["run", "local", "-w", "builtin:saxpy"]) == RunError.exit_code
     assert "No GPU on the pod" in capsys.readouterr().out
-    assert main(["run", "local", "-w", "builtin:no_such_kernel"]) == RunError.exit_code
-    assert "saxpy" in capsys.readouterr().out  # the error lists the valid names
+
+
+# A host that cannot resolve: a mistake caught before connecting exits 2; one that got as
+# far as connecting would exit 3 instead.
+NOWHERE = "no-such-pod.invalid"
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["-w", "builtin:nosuch"], ["unknown builtin workload 'nosuch'", "valid: copy (",
+                                "saxpy (", "sdpa ("]),
+    (["-w", "builtin:gemm?m=abc"], ["gemm: m='abc': expected an integer",
+                                    "valid: m (int, default 4096)", "dtype (fp32|fp16|bf16"]),
+    (["-w", "builtin:saxpy?bogus=1"], ["saxpy has no parameter 'bogus'",
+                                       "valid: n (int, default 67108864), a (float"]),
+    (["-w", "builtin:saxpy?block=33"], ["block=33: must be a multiple of 32"]),
+    (["-w", "builtin:gemm?dtype=fp8"], ["expected one of fp32, fp16, bf16"]),
+    (["-w", "saxpy"], ["must start with builtin:, file: or cmd:", "builtins: copy, saxpy"]),
+    (["-w", "cmd:"], ["cmd: needs a command"]),
+    (["-w", "builtin:saxpy", "--tiers", "4"], ["there is no tier '4'", "1 (CUDA events)",
+                                               "3 (Nsight Compute)"]),
+    (["-w", "builtin:saxpy", "--tiers", ","], ["no tier chosen", "choose from 1, 2, 3"]),
+    (["-w", "builtin:saxpy", "--tiers", "1", "-k", "saxpy"],
+     ["--kernel-regex only affects Tier 3", "tiers chosen (1)"]),
+    (["-w", "builtin:saxpy", "--tiers", "2,3", "--hot", "--warmup", "2"],
+     ["--warmup, --cold/--hot only affect Tier 1"]),
+    (["-w", "builtin:saxpy", "--target-ci", "5"], ["CI of 500% of the median", "0.01 for 1%"]),
+    (["-w", "builtin:saxpy", "--target-ci", "0"], ["must be above 0"]),
+    (["-w", "builtin:saxpy", "--launch-count", "0"], ["--launch-count 0 must be at least 1"]),
+    (["-w", "builtin:saxpy", "--max-seconds", "-1"], ["--max-seconds -1 must be above 0"]),
+    (["-w", "builtin:saxpy", "-k", "saxpy("], ["is not a regular expression"]),
+    (["-w", "builtin:saxpy", "--env", "=x"], ["bad --env '=x'", "KEY=VALUE"]),
+    (["-w", "builtin:saxpy", "--fail-if-slower", "3"], ["--fail-if-slower needs --baseline",
+                                                        "gpuws history"]),
+    (["-w", "builtin:saxpy", "--baseline", "nope"], ["--baseline: no run matches 'nope'",
+                                                     "`gpuws history` lists the stored runs"]),
+    (["-w", "builtin:saxpy", "--baseline", "x", "--detach"], ["--detach returns before"]),
+])
+def test_laptop_mistakes_are_refused_before_connecting(
+        argv: list[str], expected: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", NOWHERE, *argv]) == UsageError.exit_code
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.strip().splitlines()  # one line: cause — what is valid
+    assert line.startswith("gpuws: Usage error: ")
+    for text in expected:
+        assert text in line
+
+
+def test_launcher_and_cli_share_the_ci_target() -> None:
+    """One unit on both faces: 1% (as typed in the launcher) is the CLI's share 0.01."""
+    assert runspec.parse_target_ci("1%") == runspec.parse_target_ci(0.01) == 0.01
+    assert runspec.parse_target_ci(" 0.5 % ") == 0.005
+    spec = runspec.build_spec(runspec.LaunchOptions(workload="builtin:saxpy",
+                                                    target_ci=runspec.parse_target_ci("2%")))
+    assert spec.target_ci == 0.02
+    with pytest.raises(UsageError) as info:
+        runspec.parse_target_ci("2")  # 2 what? Refused, not guessed.
+    assert "write 2% (with the % sign)" in info.value.remedy
+
+
+def _stored_runs() -> dict[str, str]:
+    """A session holding an ok, a failed, a cancelled and a Tier-3-only run; ids by kind."""
+    ids = {"ok": "20261121-120000-aaaaaa", "failed": "20261121-120100-bbbbbb",
+           "cancelled": "20261121-120200-cccccc", "t3only": "20261121-120300-dddddd",
+           "t3again": "20261121-120400-eeeeee"}
+    with Store() as store:
+        sid = store.open_session("h200", "ssh+sftp", None, 3.99, started=RECORDED.T0 - 10)
+        store.ingest_many(sid, RECORDED.saxpy_run(ids["ok"]))
+        store.ingest_many(sid, RECORDED.blocked_run(ids["failed"], t0=RECORDED.T0 + 60))
+        store.ingest_many(sid, RECORDED.cancelled_run(ids["cancelled"], t0=RECORDED.T0 + 120))
+        store.ingest_many(sid, RECORDED.saxpy_run(ids["t3only"], t0=RECORDED.T0 + 180,
+                                                  tiers=(3,)))
+        store.ingest_many(sid, RECORDED.saxpy_run(ids["t3again"], t0=RECORDED.T0 + 240,
+                                                  tiers=(3,)))
+        store.end_session(sid, RECORDED.T0 + 300)
+    ids["session"] = sid
+    return ids
+
+
+def test_history_lists_the_stored_runs(capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "160")  # rich folds long cells at 80; read them whole
+    ids = _stored_runs()
+    assert main(["history", "--json"]) == 0
+    rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert list(rows) == [ids[k] for k in ("ok", "failed", "cancelled", "t3only", "t3again")]
+    ok, failed, cancelled = rows[ids["ok"]], rows[ids["failed"]], rows[ids["cancelled"]]
+    assert ok["status"] == "ok" and ok["why"] == "" and ok["session_id"] == ids["session"]
+    assert ok["workload"] == "builtin:saxpy" and ok["tier1_n"] == 200
+    assert ok["tier1_median_ms"] == pytest.approx(0.240, rel=0.05)
+    assert failed["status"] == "failed"
+    assert failed["why"] == "tier 3 failed: ERR_NVGPUCTRPERM: counters blocked"
+    assert cancelled["why"] == "cancelled during tier 1"
+    assert cancelled["tier1_median_ms"] is None
+    assert rows[ids["t3only"]]["tiers"] == [3]
+
+    assert main(["history", ids["session"][:6]]) == 0
+    out = capsys.readouterr().out
+    assert f"session {ids['session']} · h200" in out
+    for key in ("ok", "failed", "cancelled"):
+        assert ids[key] in out
+    assert f"{ok['tier1_median_ms'] * 1000:.1f} µs ±" in out  # the median, for people
+    assert "not run" in out  # the Tier-3-only runs did not ask for Tier 1
+    assert "ERR_NVGPUCTRPERM" in out
+
+    assert main(["sessions"]) == 0
+    assert "gpuws history SESSION" in capsys.readouterr().out  # where run ids are found
+    assert main(["history", "nope"]) == UsageError.exit_code
+    assert "`gpuws sessions` lists the sessions" in capsys.readouterr().err
+
+
+def test_every_error_naming_a_run_points_to_history(capsys: pytest.CaptureFixture[str]) -> None:
+    ids = _stored_runs()
+    for argv in (["compare", ids["ok"], "nope"], ["compare", "nope", ids["ok"], "--json"],
+                 ["baseline", "nope"], ["pull", NOWHERE, "nope"],
+                 ["compare", "20261121", ids["ok"]]):  # ambiguous prefix
+        assert main(argv) == UsageError.exit_code, argv
+        captured = capsys.readouterr()
+        (line,) = captured.err.strip().splitlines()
+        assert "`gpuws history` lists the stored runs" in line and captured.out == "", argv
+
+
+def test_compare_refuses_what_it_cannot_compare(capsys: pytest.CaptureFixture[str]) -> None:
+    ids = _stored_runs()
+    # Tier 1 only in one, Tier-3 metrics only in the other: nothing in common.
+    for extra in ([], ["--json"]):
+        assert main(["compare", ids["t3only"], ids["failed"], *extra]) == UsageError.exit_code
+        captured = capsys.readouterr()
+        (line,) = captured.err.strip().splitlines()
+        assert captured.out == ""
+        assert line.startswith("gpuws: Nothing to compare: ")
+        assert f"no Tier-1 samples in run {ids['t3only']}" in line
+        assert "the kernels Tier 3 profiled differ" in line
+    assert main(["compare", ids["ok"], ids["ok"][:17]]) == UsageError.exit_code
+    assert "are the same run" in capsys.readouterr().err
+    # Metrics in both, Tier 1 in neither: the metrics are compared and Tier 1 says why not.
+    assert main(["compare", ids["t3only"], ids["t3again"]]) == 0
+    out = capsys.readouterr().out
+    assert "Tier 1 not compared: no Tier-1 samples in either run" in out
+    assert "duration_ns" in out
+    assert main(["compare", ids["ok"], ids["cancelled"]]) == 0  # its 20 samples do compare
+    assert "speedup (A/B)" in capsys.readouterr().out
+
+
+def test_doctor_prints_numbers_for_people(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor", "local"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\d CPUs · \d+\.\d (MiB|GiB|TiB) memory", out), out
+    assert not re.search(r"\d\.\d{3,} ?MiB", out)  # never 24105.55078125 MiB
+    assert re.search(r"deploy \d+(\.\d+)? (ms|s)", out)
+
+
+def _options(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Action]]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return [(name, action) for name, p in sub.choices.items() for action in p._actions
+            if not isinstance(action, argparse._HelpAction)]
+
+
+def test_every_option_has_help() -> None:
+    missing = [f"{name} {action.option_strings or action.dest}"
+               for name, action in _options(make_parser())
+               if name != "run" and not action.help]
+    assert missing == []
+
+
+@pytest.mark.xfail(strict=True, reason="gpuws run's options are defined in commands/run.py "
+                                       "add_run_args, whose owner adds the missing help "
+                                       "(issue 15); strict, so this mark goes when they do")
+def test_every_run_option_has_help() -> None:
+    missing = [f"run {action.option_strings or action.dest}"
+               for name, action in _options(make_parser()) if name == "run" and not action.help]
+    assert missing == []
 
 
 def test_report_reads_ncu_csv_on_the_laptop(capsys: pytest.CaptureFixture[str]) -> None:

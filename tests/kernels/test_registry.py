@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 
 from gpuws.kernels import builtin
-from gpuws.kernels.registry import BUILTINS, WorkloadRef, make_builtin, parse_workload
+from gpuws.kernels.registry import (
+    BUILTINS,
+    WorkloadError,
+    WorkloadRef,
+    make_builtin,
+    parse_workload,
+    validate,
+)
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"
 
@@ -86,6 +93,37 @@ def test_mistakes_say_what_is_valid(text: str, expected: str) -> None:
     with pytest.raises(ValueError) as info:
         parse_workload(text)
     assert expected in str(info.value)
+
+
+def test_mistakes_separate_the_problem_from_what_is_valid() -> None:
+    """The laptop shows ``problem`` as the error and ``valid`` as its remedy."""
+    with pytest.raises(WorkloadError) as info:
+        parse_workload("builtin:saxpy?bogus=1")
+    assert info.value.problem == "saxpy has no parameter 'bogus'"
+    assert info.value.valid == ("valid: n (int, default 67108864), a (float, default 2.0), "
+                                "block (int, default 256)")
+    assert str(info.value) == f"{info.value.problem}; {info.value.valid}"  # what the pod logs
+
+
+@pytest.mark.parametrize("text,problem", [
+    ("builtin:saxpy?block=33", "saxpy: block=33: must be a multiple of 32"),
+    ("builtin:copy?n=0", "copy: n=0: must be at least 1"),
+    ("builtin:tiled_matmul?n=40000", "tiled_matmul: n=40000: must be between 1 and 32768"),
+    ("builtin:nope", "unknown builtin workload 'nope'"),
+    ("builtin:gemm?m=abc", "gemm: m='abc': expected an integer"),
+])
+def test_validate_runs_the_constructor_checks_without_a_gpu(text: str, problem: str) -> None:
+    with pytest.raises(WorkloadError) as info:
+        validate(text)
+    assert info.value.problem.startswith(problem)
+    assert info.value.valid.startswith("valid: ")
+
+
+def test_validate_passes_what_only_the_pod_can_judge() -> None:
+    # bf16 needs torch and every builtin a GPU: that is the pod's to say, not the laptop's.
+    assert validate("builtin:gemm?dtype=bf16&m=2**10").params == {"dtype": "bf16", "m": 1024}
+    assert validate("cmd:nvidia-smi").kind == "cmd"
+    assert validate("file:bench.py").target == "bench.py"  # the laptop reads it, not this
 
 
 def test_unknown_builtin_lists_every_name() -> None:

@@ -20,6 +20,7 @@ from gpuws.sessions.compare import (
     compare_runs,
     comparison_json,
     delta_magnitude,
+    refuse_if_empty,
     regression_gate,
     render_comparison,
 )
@@ -198,3 +199,38 @@ def test_render_and_json(runs: Store) -> None:
     console = Console(record=True, width=160, color_system=None)
     render_comparison(missing, console)
     assert "no Tier-1 samples in run t3only" in console.export_text()
+
+
+def test_nothing_in_common_is_refused_with_what_is_missing(
+        runs: Store, recorded: ModuleType) -> None:
+    sid = runs.sessions()[0].id
+    runs.ingest_many(sid, recorded.cancelled_run("stopped", t0=recorded.T0 + 400))
+    runs.ingest_many(sid, recorded.blocked_run("blocked", t0=recorded.T0 + 500))
+    runs.ingest_many(sid, recorded.saxpy_run("t3again", t0=recorded.T0 + 600, tiers=(3,)))
+    # Tier 1 only in one, metrics only in the other.
+    with pytest.raises(UsageError) as info:
+        refuse_if_empty(compare_runs(runs, "t3only", "blocked"))
+    assert info.value.title == "Nothing to compare"
+    assert info.value.message == ("nothing to compare between t3only and blocked: no Tier-1 "
+                                  "samples in run t3only and the kernels Tier 3 profiled "
+                                  "differ between them")
+    assert "gpuws history" in info.value.remedy
+    # Neither side has anything at all.
+    runs.ingest_many(sid, recorded.cancelled_run("stopped2", t0=recorded.T0 + 700)[:2])
+    with pytest.raises(UsageError, match="no Tier-1 samples in either run and neither has "
+                                         "Tier-3 metrics"):
+        refuse_if_empty(compare_runs(runs, "stopped2", "stopped2"))
+    # What can be compared is not refused: metrics in both, or samples in both (a
+    # cancelled run's samples are still samples).
+    refuse_if_empty(compare_runs(runs, "t3only", "t3again"))
+    refuse_if_empty(compare_runs(runs, "base", "stopped"))
+
+
+def test_no_empty_table_when_tier1_is_missing(runs: Store) -> None:
+    console = Console(record=True, width=160, color_system=None)
+    render_comparison(compare_runs(runs, "base", "t3only"), console)
+    text = console.export_text()
+    assert text.startswith("t3only (builtin:saxpy) vs base (builtin:saxpy)\n"
+                           "Tier 1 not compared: no Tier-1 samples in run t3only\n")
+    assert "samples" not in text.split("\n", 2)[2]  # no header-only Tier-1 table
+    assert "246.5 µs" in text  # metrics formatted for people, not 246528

@@ -74,7 +74,8 @@ async def sessions(args: argparse.Namespace) -> int:
     for col in ("id", "host", "GPU", "started", "duration", "runs", "cost"):
         t.add_column(col, justify="right" if col in ("runs", "cost", "duration") else "left")
     for r in rows:
-        t.add_row(r["id"], r["host"], r["gpu"] or humanfmt.DASH, humanfmt.when(r["started"]),
+        t.add_row(Text(r["id"]), Text(r["host"]), Text(r["gpu"] or humanfmt.DASH),
+                  humanfmt.when(r["started"]),
                   humanfmt.duration(r["duration_s"]), str(r["runs"]),
                   humanfmt.usd(r["cost_usd"]))
     console().print(t)
@@ -95,17 +96,28 @@ async def history(args: argparse.Namespace) -> int:
         out.print(Text(f"no runs in {where} yet: `gpuws run HOST -w WORKLOAD` makes one",
                        "yellow"))
         return 0
-    title = f"runs of session {runs[0].session_id}" if args.session else "stored runs"
-    t = Table(title=title, title_justify="left",
-              caption="ids (or unique prefixes) go to compare, baseline, pull, replay --run",
-              caption_justify="left")
-    for col in ("run id", "session", "started", "workload", "status", "Tier-1 median"):
-        t.add_column(col, justify="right" if col == "Tier-1 median" else "left",
-                     overflow="fold" if col == "workload" else "ellipsis")
+    # One table per session (newest first): the session's id, pod and day head it, so a
+    # row has room for the full run id, which is never cut.
+    by_session: dict[str, list[RunSummary]] = {}
     for r in runs:
-        t.add_row(r.run_id, r.session_id, humanfmt.when(r.started), r.workload,
-                  _status(r), _median(r))
-    out.print(t)
+        by_session.setdefault(r.session_id, []).append(r)
+    for session_id, rows in by_session.items():
+        first = rows[0]
+        t = Table(title=Text.assemble("session ", (session_id, "bold"), f" · {first.host} · ",
+                                      humanfmt.when(first.started)[:10]),
+                  title_justify="left")
+        t.add_column("run id", no_wrap=True, min_width=len(first.run_id))
+        t.add_column("started", no_wrap=True)
+        t.add_column("workload", overflow="fold")
+        t.add_column("status", overflow="fold")
+        t.add_column("Tier-1 median", justify="right", no_wrap=True)
+        for r in rows:
+            # Text, not str: a workload may hold "[...]", which must never be read as markup.
+            t.add_row(Text(r.run_id), humanfmt.when(r.started)[11:], Text(r.workload),
+                      _status(r), _median(r))
+        out.print(t)
+    out.print(Text("run ids (or unique prefixes) go to compare, baseline, pull and "
+                   "replay SESSION --run", "dim"))
     return 0
 
 
@@ -115,7 +127,9 @@ def _status(r: RunSummary) -> Text:
     if r.is_baseline:
         text.append(" · baseline", "magenta")
     if r.why:
-        text.append(f"\n{r.why}", "dim")
+        # "cancelled during tier 1" under "cancelled" reads as "during tier 1".
+        why = r.why.removeprefix(r.status).strip() or r.why
+        text.append(f"\n{why}", "dim")
     return text
 
 
@@ -123,7 +137,7 @@ def _median(r: RunSummary) -> str:
     if r.tier1_median_ms is None:
         return humanfmt.DASH if 1 in r.tiers or not r.tiers else "not run"
     ci = f" ±{r.tier1_ci_pct:.1f}%" if r.tier1_ci_pct is not None else ""
-    return f"{humanfmt.ms(r.tier1_median_ms)}{ci} (n={r.tier1_n}, {r.tier1_mode})"
+    return f"{humanfmt.ms(r.tier1_median_ms)}{ci}"
 
 
 async def export(args: argparse.Namespace) -> int:

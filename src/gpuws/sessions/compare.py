@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpuws import humanfmt
 from gpuws.errors import UsageError
 from gpuws.remote_agent.stats import percentile
 from gpuws.sessions.store import KernelMetricsRow, Store
@@ -294,7 +295,7 @@ def render_comparison(c: Comparison, console: Console) -> None:
         console.print(Text(f"Tier 1 not compared: {c.tier1_missing}", "yellow"))
     else:
         head.add_row("samples", str(t.n_a), str(t.n_b))
-        head.add_row("median", f"{t.median_a_ms:.4f} ms", f"{t.median_b_ms:.4f} ms")
+        head.add_row("median", humanfmt.ms(t.median_a_ms), humanfmt.ms(t.median_b_ms))
         console.print(head)
         style = "yellow" if t.within_noise else ("green" if t.speedup > 1 else "red")
         console.print(f"speedup (A/B) {t.speedup:.3f}×, {int(c.confidence * 100)}% CI "
@@ -308,17 +309,14 @@ def render_comparison(c: Comparison, console: Console) -> None:
         for col in ("metric", "A", "B", "Δ", "Δ%"):
             table.add_column(col, justify="left" if col == "metric" else "right")
         for m in k.metrics:
-            table.add_row(m.key, _num(m.a), _num(m.b), _num(m.delta),
-                          "" if m.delta_pct is None else f"{m.delta_pct:+.1f}%")
+            delta = humanfmt.metric(m.key, m.delta)
+            if m.delta is not None and m.delta > 0:
+                delta = "+" + delta
+            table.add_row(m.key, humanfmt.metric(m.key, m.a), humanfmt.metric(m.key, m.b),
+                          delta, "" if m.delta_pct is None else f"{m.delta_pct:+.1f}%")
         console.print(table)
 
 
 def comparison_json(c: Comparison) -> str:
     """The comparison as indented JSON (stable field order)."""
     return msgspec.json.format(msgspec.json.encode(c), indent=2).decode("utf-8")
-
-
-def _num(v: float | None) -> str:
-    if v is None:
-        return "—"
-    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
