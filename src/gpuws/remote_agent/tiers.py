@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
@@ -97,7 +98,7 @@ def run_command(ctx: "RunContext", command: str, pod: Pod) -> None:
         ctx.emit(wire.make("tier_started", tier=1, name="CUDA events"))
         ctx.emit(wire.make("tier_finished", tier=1, status="skipped", wall_s=0.0,
                            reason="Tier 1 times a Python workload's run(); a command has none"))
-    argv = ["/bin/sh", "-c", command]
+    argv = command_argv(ctx, command)
     ctx.emit(wire.make("tier_started", tier=0, name="workload", argv=argv))
     t0 = time.time()
     result = procs.run_streaming(argv, emit=ctx.emit, tier=0, cwd=ctx.run_dir, env=ctx.env,
@@ -126,6 +127,27 @@ def run_command(ctx: "RunContext", command: str, pod: Pod) -> None:
     table = tier2(ctx, pod, argv, python=False) if 2 in tiers else None
     if 3 in tiers and not procs.CANCELLED["flag"]:
         tier3(ctx, pod, argv, table, None, python=False)
+
+
+def command_argv(ctx: "RunContext", command: str) -> List[str]:
+    """The argv of a ``cmd:`` workload, with no shell between a profiler and the program
+    where the command allows (:mod:`.cmdline`); its own ``NAME=value`` words go to the
+    run's environment.
+
+    Raises:
+        WorkloadError: the program is not on the pod's PATH (the shell would have said
+            "not found" and exited 127; without a shell, say it as clearly).
+    """
+    from .cmdline import plan_command
+
+    plan = plan_command(command)
+    ctx.env.update(plan.env)
+    if plan.how == "exec":
+        found = shutil.which(plan.argv[0], path=ctx.env.get("PATH", os.defpath))
+        if found is None:
+            raise WorkloadError("cmd: %s: command not found on the pod (PATH=%s)"
+                                % (plan.argv[0], ctx.env.get("PATH", os.defpath)))
+    return plan.argv
 
 
 # ----------------------------------------------------------------------------- python
