@@ -1,0 +1,77 @@
+"""Deploy and every remote command work whatever the pod user's login shell is.
+
+sshd runs an exec request's command line with the user's login shell; sh, dash, bash,
+zsh, fish and tcsh quote differently (tcsh expands ``!`` and refuses newlines inside
+quotes, fish has its own escapes). One real sshd; one user per shell (``useradd -s``,
+so the test needs root, as in CI), each logging in with the same client key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuws import deploy
+from gpuws.cli import main
+from gpuws.transport.ssh import SSHTransport
+from sshd import SshServer, find_sshd  # type: ignore[import-not-found]
+
+SHELLS = ["sh", "dash", "bash", "zsh", "fish", "tcsh"]
+#: Arguments every shell would mangle if it parsed them itself.
+NASTY = ["a b", "$HOME", "!1", "it's", 'say "hi"', "x\ny", "*", "~", "%s", "\\n", "é", "`id`",
+         "$(id)", "a;b", "{a,b}", "!!"]
+
+pytestmark = [
+    pytest.mark.skipif(find_sshd() is None, reason="OpenSSH sshd is not installed"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="creating users with a login shell needs "
+                                                 "root (CI runs the suite as root)"),
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    s = SshServer(tmp_path_factory.mktemp("sshd-shells"), "shells").start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_deploy_and_commands_under_each_login_shell(server: SshServer, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    shell: str) -> None:
+    path = shutil.which(shell)
+    if path is None:
+        pytest.skip(f"{shell} is not installed (scripts/test installs zsh, fish and tcsh)")
+    user = server.login_user(path)
+    cfg = server.client_files(tmp_path / "c")
+    code = main(["doctor", "pod", "-F", str(cfg), "-l", user, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["system"]["user"] == user
+    assert report["agent"]["cache_state"] == "need"
+    assert report["agent"]["sha256"] == deploy.build_bundle().sha256
+
+    async def commands() -> tuple[bytes, bytes, int | None]:
+        t = SSHTransport("pod", config_file=str(cfg), user=user)
+        await t.connect()
+        try:
+            login = await t.conn.run("echo $SHELL", check=False)
+            echoed = await t.run(["printf", "%s|", *NASTY])
+            missing = await t.run(["gpuws-no-such-command"])
+            return (str(login.stdout).encode(), echoed.stdout, missing.returncode)
+        finally:
+            await t.close()
+
+    login, echoed, missing = asyncio.run(commands())
+    assert login.strip() == path.encode()  # the session really ran under that shell
+    assert echoed == ("|".join(NASTY) + "|").encode()
+    assert missing == 127

@@ -1,0 +1,95 @@
+"""A link that goes silent is declared dead within the stated bound, with the reason.
+
+The pod's sshd processes serving the connection are stopped (SIGSTOP), as a NAT that
+forgot the flow, a sleeping laptop or a frozen pod look from the laptop: no reset, no
+FIN, nothing. OpenSSH's ``ssh`` with the same config is stopped the same way beside
+gpuws, so the test also shows gpuws gives up no later than ``ssh``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from faults.helpers import child_pids  # type: ignore[import-not-found]
+from gpuws.client import AgentClient
+from gpuws.errors import ConnectError
+from gpuws.transport.ssh import DEFAULT_ALIVE_INTERVAL, SSHTransport, keepalive_for
+from gpuws.transport.sshconfig import SSHTarget
+from sshd import SshServer, find_sshd  # type: ignore[import-not-found]
+
+pytestmark = pytest.mark.skipif(find_sshd() is None, reason="OpenSSH sshd is not installed")
+
+
+def descendants(pid: int) -> list[int]:
+    out = []
+    for child in child_pids(pid):
+        out += [child, *descendants(child)]
+    return out
+
+
+def test_default_bound_is_45_s_and_follows_server_alive() -> None:
+    unset = keepalive_for(SSHTarget(alias="p", hostname="p"))
+    assert (unset.interval_s, unset.count_max, unset.bound_s) == (DEFAULT_ALIVE_INTERVAL, 3, 45)
+    set_ = keepalive_for(SSHTarget(alias="p", hostname="p", server_alive_interval=5,
+                                   server_alive_count_max=4))
+    assert set_.bound_s == 20 and set_.asyncssh_count_max == 3
+    # One keepalive is always sent before giving up: an idle link is not a dead one.
+    one = keepalive_for(SSHTarget(alias="p", hostname="p", server_alive_interval=2,
+                                  server_alive_count_max=1))
+    assert one.asyncssh_count_max == 1 and one.bound_s == 4
+
+
+def test_frozen_pod_is_declared_dead_within_the_bound(tmp_path: Path) -> None:
+    server = SshServer(tmp_path / "sshd").start()
+    try:
+        cfg = server.client_files(tmp_path / "c", extra="  ServerAliveInterval 1\n"
+                                                         "  ServerAliveCountMax 2\n")
+        assert server.proc is not None
+        ssh = subprocess.Popen(["ssh", "-F", str(cfg), "-o", "BatchMode=yes", "pod",
+                                "sleep 60"], stdin=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+
+        async def go() -> tuple[float, float, str | None]:
+            client = await AgentClient.connect(SSHTransport("pod", config_file=str(cfg)))
+            transport = client.transport
+            bound = transport.info.dead_link_bound_s
+            assert bound == 2.0
+            await client.ping()
+            deadline = time.monotonic() + 10
+            while len(child_pids(server.proc.pid)) < 2:  # ssh's session and ours
+                assert time.monotonic() < deadline, "the ssh client did not connect"
+                await asyncio.sleep(0.05)
+            frozen = descendants(server.proc.pid)
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+            t0 = time.monotonic()
+            try:
+                await asyncio.wait_for(client.wait_closed(), bound + 5)
+                ours = time.monotonic() - t0
+                await asyncio.to_thread(ssh.wait, 30)
+                theirs = time.monotonic() - t0
+                assert transport.lost_reason is not None
+                with pytest.raises(ConnectError, match="closed"):
+                    await client.ping()
+            finally:
+                for pid in frozen:
+                    os.kill(pid, signal.SIGCONT)
+                await client.close()
+            return ours, theirs, transport.lost_reason
+
+        ours, theirs, reason = asyncio.run(go())
+    finally:
+        server.stop()
+    print(f"silent link declared dead: gpuws after {ours:.2f} s, ssh after {theirs:.2f} s")
+    assert ours <= 2.0 + 0.5, f"declared dead after {ours:.1f} s (bound 2 s)"
+    assert ours <= theirs + 0.5, f"gpuws {ours:.1f} s, ssh {theirs:.1f} s"
+    assert ssh.returncode == 255
+    assert reason is not None and "stopped answering" in reason
+    assert "ServerAliveInterval 1 x ServerAliveCountMax 2" in reason and "2 s" in reason
