@@ -22,6 +22,7 @@ from rich.text import Text
 
 from .. import protocol, runspec
 from ..errors import ConnectError, RunError, StoreError, UsageError
+from ..live.boundary import is_refusal
 from ..live.engine import Engine, Notice
 from ..live.feed import Batch
 from ..live.link import Target
@@ -103,6 +104,7 @@ class Printer:
         self.samples = 0
         self._last_progress = ""
         self._printed: dict[str, int] = {}
+        self._refused: set[tuple[str, int]] = set()
 
     def batch(self, batch: Batch) -> None:
         """The engine's ``on_batch``: print each event not printed before."""
@@ -110,8 +112,13 @@ class Printer:
             run_id, seq = ev.run_id, ev.seq
             if run_id is not None and seq is not None:
                 if seq <= self._printed.get(run_id, -1):
-                    continue
-                self._printed[run_id] = seq
+                    # Printed already, unless that was a refusal this event replaces.
+                    if (run_id, seq) not in self._refused or is_refusal(ev):
+                        continue
+                    self._refused.discard((run_id, seq))
+                elif is_refusal(ev):
+                    self._refused.add((run_id, seq))
+                self._printed[run_id] = max(seq, self._printed.get(run_id, -1))
             self.show(ev)
 
     def notice(self, notice: Notice) -> None:

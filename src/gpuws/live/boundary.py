@@ -35,6 +35,7 @@ from typing import Any
 import msgspec
 
 from .. import protocol
+from ..sessions.store import REFUSAL_MARK
 from ..textsafe import visible
 
 #: Highest ``seq`` accepted: two billion events is far past any real run, and far below
@@ -61,6 +62,9 @@ TS_MIN = 1e9
 MAX_ARTIFACT_BYTES = 1 << 50
 #: Bad lines whose preview is kept.
 BAD_SAMPLES = 5
+
+#: How a stand-in for a refused event begins (the store lets a later event replace it).
+REFUSAL_PREFIX = REFUSAL_MARK.decode() + ": "
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -201,8 +205,7 @@ class Boundary:
                 return None
             # Keep the stored sequence gap-free, and the refusal visible where it happened.
             return protocol.Log(run_id=run_id, seq=seq, ts=self.now(), level="warning",
-                                message="gpuws refused an event from the pod: "
-                                        + why.message[:2000])
+                                message=REFUSAL_PREFIX + why.message[:2000])
         return ev
 
     def _refuse(self, kind: str, message: str) -> None:
@@ -319,3 +322,8 @@ def _check_artifact(ev: protocol.Artifact, run_dir: str | None) -> None:
     if ev.path != expected:
         raise Refused("artifact", f"artifact {ev.name}: its pod path "
                                   f"{visible(ev.path, 200)!s} is not {expected}")
+
+
+def is_refusal(ev: protocol.Events) -> bool:
+    """Whether ``ev`` stands in for a refused event (a later event may take its seq)."""
+    return isinstance(ev, protocol.Log) and ev.message.startswith(REFUSAL_PREFIX)

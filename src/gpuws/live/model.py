@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from .. import protocol
 from ..remote_agent.stats import median_ci_ranks, percentile
+from .boundary import is_refusal
 
 #: Parts of the model an event can change; panes redraw only the parts that changed.
 Part = str
@@ -78,6 +79,8 @@ class RunModel:
     started: float | None = None
     last_ts: float | None = None
     last_seq: int = -1
+    #: Seqs shown as a refusal so far (the real event may still arrive and replace it).
+    refused_seqs: set[int] = field(default_factory=set)
     tiers: dict[int, TierState] = field(default_factory=dict)
     samples: list[float] = field(default_factory=list)
     _sorted: list[float] = field(default_factory=list)
@@ -102,9 +105,17 @@ class RunModel:
         changed: set[Part] = set()
         lines: list[LogLine] = []
         for ev in events:
-            if ev.run_id != self.run_id or ev.seq is None or ev.seq <= self.last_seq:
+            if ev.run_id != self.run_id or ev.seq is None:
                 continue
-            self.last_seq = ev.seq
+            if ev.seq <= self.last_seq:
+                # Seen already, unless what was seen only stood in for a refused forgery
+                # and this is the event the pod really numbered so (the store kept it).
+                if ev.seq not in self.refused_seqs or is_refusal(ev):
+                    continue
+                self.refused_seqs.discard(ev.seq)
+            elif is_refusal(ev):
+                self.refused_seqs.add(ev.seq)
+            self.last_seq = max(self.last_seq, ev.seq)
             self.last_ts = ev.ts
             self.event_count += 1
             changed.add(self._fold(ev, lines))

@@ -31,6 +31,9 @@ from gpuws.locations import db_path, ensure_private_dir
 #: Anything ``ingest`` takes: a decoded event, or the raw JSON line it came from (stored
 #: byte for byte, which is cheaper than re-encoding and keeps the record exact).
 Ingestible = protocol.Event | bytes
+#: In the body of the ``log`` event the trust boundary stores in place of a refused one
+#: (gpuws.live.boundary); a later event with the same seq replaces it.
+REFUSAL_MARK = b"gpuws refused an event from the pod"
 
 
 class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -435,12 +438,20 @@ class Store:
                     " VALUES (?, ?, ?, ?, ?)", (run_id, seq, tag, event.ts, body))
         if cur.rowcount != 1:
             # Already stored: a resend after Attach, unless the body differs.
-            if conflicts is not None:
-                row = cur.execute("SELECT body FROM events WHERE run_id = ? AND seq = ?",
-                                  (run_id, seq)).fetchone()
-                if row is not None and bytes(row[0]) != body:
+            row = cur.execute("SELECT type, body FROM events WHERE run_id = ? AND seq = ?",
+                              (run_id, seq)).fetchone()
+            if row is None or bytes(row[1]) == body:
+                return False
+            if (row[0] == "log" and REFUSAL_MARK in bytes(row[1])
+                    and REFUSAL_MARK not in body):
+                # The stored one only stands in for a refused forgery that claimed this
+                # seq first; the event the pod really numbered so takes its place.
+                cur.execute("UPDATE events SET type = ?, ts = ?, body = ? WHERE run_id = ?"
+                            " AND seq = ?", (tag, event.ts, body, run_id, seq))
+            else:
+                if conflicts is not None:
                     conflicts.append((run_id, seq))
-            return False
+                return False
         if run_id not in self._known_runs:
             cur.execute("INSERT OR IGNORE INTO runs(run_id, session_id, status, started)"
                         " VALUES (?, ?, 'running', ?)", (run_id, session_id, event.ts))
