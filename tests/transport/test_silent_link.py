@@ -9,6 +9,7 @@ gpuws, so the test also shows gpuws gives up no later than ``ssh``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -68,7 +69,8 @@ def test_frozen_pod_is_declared_dead_within_the_bound(tmp_path: Path) -> None:
                 await asyncio.sleep(0.05)
             frozen = descendants(server.proc.pid)
             for pid in frozen:
-                os.kill(pid, signal.SIGSTOP)
+                with contextlib.suppress(ProcessLookupError):  # a session just ending
+                    os.kill(pid, signal.SIGSTOP)
             t0 = time.monotonic()
             try:
                 await asyncio.wait_for(client.wait_closed(), bound + 5)
@@ -80,7 +82,8 @@ def test_frozen_pod_is_declared_dead_within_the_bound(tmp_path: Path) -> None:
                     await client.ping()
             finally:
                 for pid in frozen:
-                    os.kill(pid, signal.SIGCONT)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT)
                 await client.close()
             return ours, theirs, transport.lost_reason
 

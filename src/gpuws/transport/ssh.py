@@ -28,7 +28,6 @@ at this boundary and nowhere else.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 import time
@@ -41,6 +40,8 @@ import asyncssh
 
 from ..errors import AuthError, ConnectError, GpuwsError, HostKeyError, TransferError
 from .base import RemoteProcess, Transport, TransportInfo, shell_command
+from .keys import OfferedKeys, offered_keys
+from .proxy import ProxyCommand
 from .sshconfig import SSHTarget, resolve
 
 #: Seconds between keepalives when the config sets no ``ServerAliveInterval``. With
@@ -174,64 +175,6 @@ class _Client(asyncssh.SSHClient):
         return False
 
 
-class _ProxyCommand:
-    """A ``ProxyCommand`` with its stdin/stdout on a socket pair, as ``ssh`` runs it."""
-
-    def __init__(self, command: str) -> None:
-        self.command = command
-        self.proc: asyncio.subprocess.Process | None = None
-        self._stderr: deque[str] = deque(maxlen=5)
-        self._reader: asyncio.Task[None] | None = None
-
-    async def start(self) -> socket.socket:
-        ours, theirs = socket.socketpair()
-        shell = os.environ.get("SHELL") or "/bin/sh"
-        try:
-            self.proc = await asyncio.create_subprocess_exec(
-                shell, "-c", f"exec {self.command}", stdin=theirs.fileno(),
-                stdout=theirs.fileno(),
-                stderr=asyncio.subprocess.PIPE, start_new_session=True)
-        except OSError:
-            ours.close()
-            raise
-        finally:
-            theirs.close()  # the command holds its own copy; EOF reaches us when it exits
-        self._reader = asyncio.create_task(self._read_stderr())
-        return ours
-
-    async def _read_stderr(self) -> None:
-        assert self.proc is not None and self.proc.stderr is not None
-        with contextlib.suppress(OSError):
-            async for line in self.proc.stderr:
-                text = line.decode("utf-8", "replace").strip()
-                if text:
-                    self._stderr.append(text)
-
-    async def why(self) -> str:
-        """What the command said, and its exit status if it has ended."""
-        status = None
-        if self.proc is not None:
-            with contextlib.suppress(TimeoutError):
-                status = await asyncio.wait_for(self.proc.wait(), 0.5)
-        if self._reader is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._reader), 0.5)
-        said = " / ".join(self._stderr)
-        ended = f"exited with status {status}" if status is not None else "is running"
-        return f"{ended}{': ' + said if said else ''}"
-
-    async def close(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.terminate()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.proc.wait(), 5)
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-
-
 class SSHProcess(RemoteProcess):
     def __init__(self, proc: asyncssh.SSHClientProcess[bytes]) -> None:
         self._proc = proc
@@ -287,12 +230,11 @@ class SSHTransport(Transport):
         self.lost_reason: str | None = None
         self._conn: asyncssh.SSHClientConnection | None = None
         self._hops: list[SSHTransport] = []
-        self._proxy: _ProxyCommand | None = None
+        self._proxy: ProxyCommand | None = None
         self._sftp: asyncssh.SFTPClient | None = None
         self._handshake: asyncssh.SSHClientConnection | None = None
         self._closing = False
-        self._skipped_keys: list[str] = []
-        self._agent_keys = 0
+        self._offered = OfferedKeys()
 
     @property
     def conn(self) -> asyncssh.SSHClientConnection:
@@ -353,13 +295,14 @@ class SSHTransport(Transport):
 
     async def _open(self, tunnel: asyncssh.SSHClientConnection | None) -> None:
         t = self.target
-        keys, agent = await self._auth_keys()
+        offered = await offered_keys(t)
+        self._offered = offered
         opts: dict[str, Any] = {
             "port": t.port, "username": t.user, "config": [], "known_hosts": ([], [], []),
             "connect_timeout": self.connect_timeout,
             "client_factory": lambda: _Client(self),
             # Keys are chosen above, as ssh chooses them; asyncssh must not add its own.
-            "client_keys": keys or None, "agent_path": None,
+            "client_keys": offered.keys or None, "agent_path": None,
             "keepalive_interval": self.keepalive.interval_s,
             "keepalive_count_max": self.keepalive.asyncssh_count_max,
             # An 8 MiB receive window: asyncssh's 2 MiB default made the pod wait a round
@@ -369,7 +312,7 @@ class SSHTransport(Transport):
         if tunnel is not None:
             opts["tunnel"] = tunnel
         elif t.proxy_command:
-            self._proxy = _ProxyCommand(t.proxy_command)
+            self._proxy = ProxyCommand(t.proxy_command)
             try:
                 opts["sock"] = await self._proxy.start()
             except OSError as exc:
@@ -394,69 +337,7 @@ class SSHTransport(Transport):
                                title="Bad destination",
                                remedy="check the user and host you typed or configured") from exc
         finally:
-            if agent is not None:
-                agent.close()
-                with contextlib.suppress(Exception):
-                    await agent.wait_closed()
-
-    async def _auth_keys(self) -> tuple[list[asyncssh.SSHKeyPair],
-                                        asyncssh.SSHAgentClient | None]:
-        """The keys ``ssh`` would offer, in its order: the agent's, then files on disk.
-
-        An ``IdentityFile`` counts by its public half (``key.pub``, or the file itself
-        when it is a public key), so ``IdentitiesOnly`` with a ``.pub`` file selects
-        that key in the agent (1Password, Secretive, a YubiKey), and a key file missing
-        on disk is no obstacle while the agent holds the key. A key with a passphrase
-        that is not in the agent is skipped (gpuws cannot ask for it) and named if
-        authentication fails.
-        """
-        t = self.target
-        certs: list[asyncssh.SSHCertificate] = []
-        for path in t.certificate_files:
-            with contextlib.suppress(OSError, asyncssh.KeyImportError):
-                certs.append(asyncssh.read_certificate(path))
-        identities: list[bytes] = []
-        files: list[asyncssh.SSHKeyPair] = []
-        self._skipped_keys = []
-        for path in t.identity_files:
-            public = _public_half(path)
-            if public is not None and public.public_data not in identities:
-                identities.append(public.public_data)
-            if not os.path.isfile(path) or _is_public(path):
-                continue
-            try:
-                loaded = asyncssh.load_keypairs([path], certlist=certs, ignore_encrypted=True)
-            except (OSError, asyncssh.KeyImportError, ValueError) as exc:
-                self._skipped_keys.append(f"{path} ({exc})")
-                continue
-            if not loaded:
-                self._skipped_keys.append(f"{path} (has a passphrase)")
-            files.extend(loaded)
-        agent_path = (t.identity_agent if t.identity_agent is not None
-                      else os.environ.get("SSH_AUTH_SOCK", ""))
-        agent: asyncssh.SSHAgentClient | None = None
-        from_agent: list[asyncssh.SSHKeyPair] = []
-        if agent_path and not (t.identities_only and not identities):
-            try:
-                agent = await asyncssh.connect_agent(agent_path)
-                from_agent = list(await agent.get_keys(identities if t.identities_only
-                                                       else None))
-            except (OSError, ValueError, asyncssh.Error) as exc:
-                self._skipped_keys.append(f"the agent at {agent_path} ({exc})")
-                if agent is not None:
-                    agent.close()
-                agent, from_agent = None, []
-        if t.identities_only:
-            from_agent.sort(key=lambda k: identities.index(k.public_data)
-                            if k.public_data in identities else len(identities))
-        by_key = {c.key.public_data: c for c in certs}
-        for key in from_agent:
-            cert = by_key.get(key.public_data)
-            if cert is not None:
-                key.set_certificate(cert)
-        held = {k.public_data for k in from_agent}
-        self._agent_keys = len(from_agent)
-        return from_agent + [k for k in files if k.public_data not in held], agent
+            await offered.close()
 
     def _answered(self, conn: asyncssh.SSHClientConnection) -> None:
         self._handshake = conn
@@ -500,10 +381,9 @@ class SSHTransport(Transport):
                        "check them there")
         if isinstance(exc, asyncssh.PermissionDenied):
             tried = ", ".join(t.identity_files) or "no IdentityFile"
-            agent = (f"; {self._agent_keys} key(s) from ssh-agent" if self._agent_keys
-                     else "")
-            skipped = (f"; not usable: {', '.join(self._skipped_keys)}"
-                       if self._skipped_keys else "")
+            o = self._offered
+            agent = f"; {o.from_agent} key(s) from ssh-agent" if o.from_agent else ""
+            skipped = f"; not usable: {', '.join(o.skipped)}" if o.skipped else ""
             return AuthError(f"{t.user}@{t.hostname}:{t.port} refused our keys "
                              f"({tried}{agent}{skipped})",
                              remedy="check User and IdentityFile, that the public key is in "
@@ -607,29 +487,6 @@ class SSHTransport(Transport):
         if self._proxy is not None:
             await self._proxy.close()
             self._proxy = None
-
-
-def _is_public(path: str) -> bool:
-    """The file holds no private key (a ``.pub`` file or a certificate named as identity).
-
-    Looked at, not parsed: asyncssh's public-key reader also accepts a private key file.
-    """
-    try:
-        with open(path, "rb") as f:
-            return b"PRIVATE KEY" not in f.read(1 << 16)
-    except OSError:
-        return False
-
-
-def _public_half(path: str) -> asyncssh.SSHKey | None:
-    """The public key an ``IdentityFile`` stands for: ``path.pub``, ``path`` itself when it
-    is a public key, or the public half of an unencrypted private key."""
-    for candidate in (path + ".pub", path):
-        with contextlib.suppress(OSError, asyncssh.KeyImportError, ValueError):
-            return asyncssh.read_public_key(candidate)
-    with contextlib.suppress(OSError, asyncssh.KeyImportError, ValueError):
-        return asyncssh.read_private_key(path).convert_to_public()
-    return None
 
 
 #: Bytes of SFTP reads kept in flight. One read at a time left the link idle for a round
