@@ -70,9 +70,10 @@ class Transport(abc.ABC):
     Attributes:
         info: what ``doctor`` reports about the link.
         lost_reason: why the link ended without gpuws closing it (unanswered keepalives,
-            the server closing it, a jump host lost), in words, with the bound for a
-            silent link; None while it is up or after :meth:`close`. When it is set, the
-            channels of the link have hit end of file.
+            with the bound in words; the server closing it; a jump host lost); None while
+            it is up or when gpuws closed it, cleared by the next :meth:`connect`. It is
+            set in the same event-loop step that ends the link's channels, so a reader
+            that finds the agent's stdout at its end (or failing) finds the reason here.
     """
 
     info: TransportInfo

@@ -222,7 +222,7 @@ class PTYTransport(SSHTransport):
         self.info = TransportInfo(
             kind="pty", target=self.info.target, sftp=False,
             notes=[*self.target.notes, f"{LIMITS}; detected: {reason}", REMEDY],
-            connect_s=time.monotonic() - t0)
+            connect_s=time.monotonic() - t0, dead_link_bound_s=self.keepalive.bound_s)
 
     async def _detect_sftp(self) -> None:
         if self.pty_mode:  # a terminal link moves files without SFTP: do not ask for it
