@@ -158,36 +158,25 @@ def mode_exec(run_id: str, args: List[str]) -> int:
 
 
 def mode_torchprof(run_id: str, args: List[str]) -> int:
+    """ITERS calls under torch.profiler; the table and trace go where the tier reads them
+    (``$GPUWS_TORCH_TRACE_DIR``), written as the injected profiler writes them."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from .tier2_parse import rank_kernels
+    from .torch_inject import DIR_ENV, stop_and_write
 
     iters = int(args[0]) if args else 10
-    emit = EventPipe()
     spec = load_spec(run_id)
     workload = load_workload(spec, run_id)
     workload.setup()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            workload.run()
-        torch.cuda.synchronize()
-    rows = []
-    for evt in prof.key_averages():
-        total_us = float(getattr(evt, "device_time_total", 0.0)
-                         or getattr(evt, "cuda_time_total", 0.0))
-        calls = int(evt.count)
-        if total_us <= 0 or calls <= 0 or evt.key.startswith(("Memcpy", "Memset")):
-            continue
-        # key_averages mixes CPU ops with kernels; only entries that ran as device kernels
-        # have self device time.
-        self_us = float(getattr(evt, "self_device_time_total", 0.0)
-                        or getattr(evt, "self_cuda_time_total", 0.0))
-        if self_us <= 0:
-            continue
-        rows.append({"name": evt.key, "calls": calls, "total_ns": self_us * 1000.0})
-    emit(wire.make("kernel_table", source="torch.profiler", kernels=rank_kernels(rows)))
+    prof = profile(activities=[ProfilerActivity.CUDA])
+    prof.start()
+    for _ in range(iters):
+        workload.run()
+    if not stop_and_write(prof, torch, os.environ[DIR_ENV]):
+        sys.stderr.write("torch.profiler wrote no results (see torch-inject-*.err)\n")
+        return 1
     return 0
 
 

@@ -400,3 +400,75 @@ def rank_kernels(rows: Iterable[Mapping[str, Any]], limit: int | None = None
         for name, (calls, total) in ranked
     ]
     return out if limit is None else out[:limit]
+
+
+# ----------------------------------------------------------------------------- torch trace
+#: Chrome-trace categories of device activity (kineto writes them lower-case since torch
+#: 1.8: ``kernel``, ``gpu_memcpy``, ``gpu_memset``; older traces say ``Kernel``, ``Memcpy``).
+_TRACE_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy",
+                "gpu_memset": "memset", "memset": "memset"}
+
+
+def parse_torch_trace(trace: Mapping[str, Any]) -> dict[str, Any]:
+    """Kernel rows and GPU idle/memcpy figures from torch.profiler's Chrome trace.
+
+    ``prof.export_chrome_trace()`` writes ``{"traceEvents": [...]}``; a device activity
+    is a complete event (``"ph": "X"``) of category ``kernel``/``gpu_memcpy``/
+    ``gpu_memset`` with ``ts`` and ``dur`` in microseconds (fractions carry the ns) and
+    the device in ``args.device`` (else ``pid``). The figures are those of
+    :func:`timeline_stats` over each device's kernel span.
+
+    Returns:
+        ``{"kernels": rows (name, calls, total_ns, mean_ns), **timeline_stats(...)}``.
+
+    Raises:
+        Tier2ParseError: ``trace`` has no ``traceEvents`` list.
+    """
+    events = trace.get("traceEvents") if isinstance(trace, Mapping) else None
+    if not isinstance(events, list):
+        raise Tier2ParseError("not a Chrome trace: no traceEvents list")
+    intervals: list[tuple[int, int, int, str]] = []
+    kernels: dict[str, list[float]] = {}
+    for ev in events:
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
+            continue
+        kind = _TRACE_KINDS.get(str(ev.get("cat", "")).lower())
+        if kind is None:
+            continue
+        try:
+            start = round(float(ev["ts"]) * 1000.0)
+            end = start + round(float(ev["dur"]) * 1000.0)
+            args = ev.get("args")
+            device = int((args if isinstance(args, dict) else {}).get("device",
+                                                                       ev.get("pid")) or 0)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if end <= start:
+            continue
+        intervals.append((device, start, end, kind))
+        if kind == "kernel":
+            acc = kernels.setdefault(str(ev.get("name", "unknown kernel")), [0, 0.0])
+            acc[0] += 1
+            acc[1] += end - start
+    intervals.sort()
+    spans: dict[int, tuple[int, int]] = {}
+    for device, start, end, kind in intervals:
+        if kind == "kernel":
+            lo, hi = spans.get(device, (start, end))
+            spans[device] = (min(lo, start), max(hi, end))
+    rows = [{"name": name, "calls": int(calls), "total_ns": float(total),
+             "mean_ns": float(total) / calls if calls else 0.0}
+            for name, (calls, total) in kernels.items()]
+    return {"kernels": rows, **timeline_stats(spans, intervals)}
+
+
+def merge_timelines(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The idle and memcpy shares of several processes' timelines (spans summed)."""
+    span = idle = memcpy = 0
+    for part in parts:
+        span += int(part.get("span_ns") or 0)
+        idle += int(part.get("idle_ns") or 0)
+        memcpy += int(part.get("memcpy_ns") or 0)
+    return {"span_ns": span, "idle_ns": idle, "memcpy_ns": memcpy,
+            "gpu_idle_pct": 100.0 * idle / span if span > 0 else None,
+            "memcpy_pct": 100.0 * memcpy / span if span > 0 else None}

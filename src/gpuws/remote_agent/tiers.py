@@ -124,7 +124,10 @@ def run_command(ctx: "RunContext", command: str, pod: Pod) -> None:
             ctx.emit(wire.make("tier_finished", tier=tier, status="skipped", wall_s=0.0,
                                reason="no GPU on the pod"))
         return
-    table = tier2(ctx, pod, argv, python=False) if 2 in tiers else None
+    from .cmdline import starts_python
+
+    table = tier2(ctx, pod, argv, python=False, inject=starts_python(command)) \
+        if 2 in tiers else None
     if 3 in tiers and not procs.CANCELLED["flag"]:
         tier3(ctx, pod, argv, table, None, python=False)
 
@@ -253,9 +256,13 @@ def tier1(ctx: "RunContext") -> None:
 
 # ----------------------------------------------------------------------------- tier 2
 def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
-          torch_argv: Optional[List[str]] = None) -> Optional[List[Dict[str, Any]]]:
+          torch_argv: Optional[List[str]] = None, inject: bool = False
+          ) -> Optional[List[Dict[str, Any]]]:
     """Which kernels matter: returns the ranked kernel rows (or None).
 
+    In order: nsys when a working one exists; else torch.profiler (the ``torchprof``
+    child for a Python workload, or injected at interpreter start when ``inject``: a
+    ``cmd:`` that starts Python); else one ncu pass of ``gpu__time_duration.sum``.
     Each path that runs a command announces it with its own ``tier_started`` (argv
     included), so the export lists every command Tier 2 really ran.
     """
@@ -272,14 +279,17 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
         tried.append("nsys: not installed on the pod")
     if python and torch_argv and importlib.util.find_spec("torch") is not None:
         ran = True
-        ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline (torch.profiler)",
-                           argv=torch_argv))
-        rows = capture_kernel_table(ctx, torch_argv)
-        if rows is not None:
-            return finish_tier2(ctx, t0, rows, "torch.profiler", tried)
-        tried.append("torch.profiler: produced no kernel table")
+        found = tier2_torch(ctx, torch_argv, False, tried)
+        if found is not None:
+            return finish_tier2(ctx, t0, found[0], "torch.profiler", tried, found[1])
     elif python:
         tried.append("torch.profiler: torch is not installed")
+    elif inject and not procs.CANCELLED["flag"]:
+        ran = True
+        found = tier2_torch(ctx, target, True, tried)
+        if found is not None:
+            return finish_tier2(ctx, t0, found[0], "torch.profiler (injected)", tried,
+                                found[1])
     sel = pod.select_ncu([])
     if sel.get("selected") and pod.counters.get("verdict") != "blocked":
         ran = True
@@ -313,21 +323,33 @@ def finish_tier2(ctx: "RunContext", t0: float, rows: List[Dict[str, Any]], sourc
     return rows
 
 
-def capture_kernel_table(ctx: "RunContext", argv: List[str]) -> Optional[List[Dict[str, Any]]]:
-    """Run a child that emits a kernel_table; keep its rows (not emitted twice)."""
-    got: Dict[str, Any] = {}
-    orig = ctx.emit
+def tier2_torch(ctx: "RunContext", argv: List[str], inject: bool, tried: List[str]
+                ) -> Optional[Tuple[List[Dict[str, Any]], Dict[str, Any]]]:
+    """torch.profiler's kernel table and GPU idle/memcpy shares, or None (``tried`` says
+    why). ``inject``: ``argv`` is the workload's own command, profiled through the
+    ``sitecustomize`` of :mod:`.torch_inject`; else ``argv`` is the ``torchprof`` child.
+    """
+    from .torch_profile import prepare, read_results
 
-    def grab(event: Dict[str, Any]) -> None:
-        if event.get("type") == "kernel_table":
-            got["rows"] = event.get("kernels")
-            return
-        orig(event)
-
-    res = procs.run_streaming(argv, emit=grab, tier=2, cwd=ctx.run_dir, env=ctx.env,
-                              child_events=True, timeout_s=ctx.spec.get("timeout_s"))
-    rows = got.get("rows")
-    return rows if res.returncode == 0 and rows else None
+    env = dict(ctx.env)
+    out = prepare(ctx.run_dir, env, inject)
+    ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline (torch.profiler%s)"
+                       % (", injected" if inject else ""), argv=argv))
+    res = procs.run_streaming(argv, emit=ctx.emit, tier=2, cwd=ctx.run_dir, env=env,
+                              child_events=not inject, timeout_s=ctx.spec.get("timeout_s"))
+    got = read_results(out)
+    for problem in got["problems"]:
+        ctx.emit(wire.make("log", level="warning", message="torch.profiler: %s" % problem))
+    if res.returncode != 0:
+        tried.append("torch.profiler: the workload exited with code %d" % res.returncode)
+        return None
+    if not got["kernels"]:
+        tried.append("torch.profiler: no kernel recorded (%s)" % (
+            "no Python process imported torch" if not got["processes"] and inject
+            else "; ".join(got["problems"][:2]) or "no GPU activity"))
+        return None
+    return got["kernels"], {"gpu_idle_pct": got["gpu_idle_pct"],
+                            "memcpy_pct": got["memcpy_pct"]}
 
 
 def tier2_nsys(ctx: "RunContext", nsys: str, target: List[str], python: bool,

@@ -1,0 +1,144 @@
+"""Tier 2 through torch.profiler: preparing the injection and reading what it left.
+
+The profiler itself runs inside the workload (:mod:`.torch_inject`, written into the
+run as ``sitecustomize.py``; the ``torchprof`` child mode uses the same writer). This
+module gives the workload's environment the two variables that switch it on, and turns
+the files it left into one ranked kernel table with the GPU idle and memcpy shares.
+The files lie in the workload's own run directory, so they are read as untrusted:
+regular files only, bounded in size, a broken one skipped with a reason.
+
+Standard library only: this runs on the pod's python3 (>= 3.8).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pkgutil
+import re
+from typing import Any, Dict, List
+
+from .safefiles import read_regular
+from .tier2_parse import (
+    Tier2ParseError,
+    merge_timelines,
+    parse_torch_key_averages,
+    parse_torch_trace,
+    rank_kernels,
+)
+from .torch_inject import DIR_ENV
+
+#: The most bytes of traces and tables read back (all processes together). A Chrome
+#: trace takes about 300 B per kernel; this is ~1.5 M kernels, and json.load of it a
+#: few GB of memory at most.
+MAX_READ_BYTES = 512 << 20
+_FILE = re.compile(r"^torch-(trace|keyavg)-(\d+)\.(json|txt)$")
+
+
+def prepare(run_dir: str, env: Dict[str, str], inject: bool, name: str = "torchprof") -> str:
+    """Make ``env`` write torch.profiler results under ``run_dir/<name>/out``.
+
+    With ``inject`` the ``sitecustomize`` goes to ``run_dir/<name>/site``, first on
+    ``PYTHONPATH``; without, only the output directory is set (the ``torchprof`` child
+    starts the profiler itself, and must not get a second one).
+
+    Returns:
+        The directory the profiles will be written to (emptied first).
+    """
+    site = os.path.join(run_dir, name, "site")
+    out = os.path.join(run_dir, name, "out")
+    os.makedirs(out, mode=0o700, exist_ok=True)
+    for old in os.listdir(out):
+        try:
+            os.unlink(os.path.join(out, old))
+        except OSError:
+            pass
+    if not inject:
+        env[DIR_ENV] = out
+        return out
+    os.makedirs(site, mode=0o700, exist_ok=True)
+    source = pkgutil.get_data(__package__ or "gpuws.remote_agent", "torch_inject.py")
+    if source is None:
+        raise OSError("the agent bundle has no torch_inject.py")
+    tmp = os.path.join(site, "sitecustomize.py.tmp")
+    with open(tmp, "wb") as f:
+        f.write(source)
+    os.replace(tmp, os.path.join(site, "sitecustomize.py"))
+    old_path = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = site + (os.pathsep + old_path if old_path else "")
+    env[DIR_ENV] = out
+    return out
+
+
+def read_results(out: str, max_bytes: int = MAX_READ_BYTES) -> Dict[str, Any]:
+    """The ranked kernel table and shares from the files the profiled processes left.
+
+    Kernel rows come from ``key_averages`` tables (:func:`parse_torch_key_averages`),
+    or from the traces when there is no table or it cut names short; the idle and memcpy
+    shares come from the traces.
+
+    Returns:
+        ``{"kernels": ranked rows (may be empty), "gpu_idle_pct", "memcpy_pct",
+        "processes": n, "problems": [why a file was skipped, ...]}``.
+    """
+    problems: List[str] = []
+    table_rows: List[Dict[str, Any]] = []
+    trace_rows: List[Dict[str, Any]] = []
+    timelines: List[Dict[str, Any]] = []
+    pids = set()
+    budget = max_bytes
+    try:
+        names = sorted(os.listdir(out))
+    except OSError as exc:
+        return {"kernels": [], "gpu_idle_pct": None, "memcpy_pct": None, "processes": 0,
+                "problems": ["no profile directory: %s" % exc.strerror]}
+    for name in names:
+        m = _FILE.match(name)
+        if m is None:
+            if name.endswith(".err"):
+                problems.extend(_err_lines(os.path.join(out, name)))
+            continue
+        if budget <= 0:
+            problems.append("%s: over the %d MiB read budget" % (name, max_bytes >> 20))
+            continue
+        try:
+            data = read_regular(os.path.join(out, name), budget + 1)
+        except OSError as exc:
+            problems.append("%s: %s" % (name, exc.strerror or exc))
+            continue
+        if len(data) > budget:
+            problems.append("%s: over the %d MiB read budget" % (name, max_bytes >> 20))
+            budget = 0
+            continue
+        budget -= len(data)
+        pids.add(m.group(2))
+        try:
+            if m.group(1) == "keyavg":
+                table_rows.extend(parse_torch_key_averages(data.decode("utf-8", "replace")))
+            else:
+                parsed = parse_torch_trace(json.loads(data.decode("utf-8", "replace")))
+                trace_rows.extend(parsed["kernels"])
+                timelines.append(parsed)
+        except (Tier2ParseError, ValueError, RecursionError) as exc:
+            problems.append("%s: %s" % (name, ("%s" % exc)[:200]))
+    shares = merge_timelines(timelines)
+    # The table names kernels in full unless this torch cut them ("…..."); the trace
+    # never does, and the name feeds Tier 3's kernel regex.
+    cut = any(row.get("truncated") for row in table_rows)
+    rows = trace_rows if trace_rows and (cut or not table_rows) else table_rows
+    return {"kernels": rank_kernels(rows),
+            "gpu_idle_pct": shares["gpu_idle_pct"], "memcpy_pct": shares["memcpy_pct"],
+            "processes": len(pids), "problems": problems}
+
+
+def _err_lines(path: str) -> List[str]:
+    try:
+        text = read_regular(path, 4096).decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [line.strip()[:300] for line in text.splitlines() if line.strip()][:5]
+
+
+def source_label(injected: bool) -> str:
+    """How the kernel table names this path (``KernelTable.source``)."""
+    return "torch.profiler (injected)" if injected else "torch.profiler"

@@ -1,0 +1,211 @@
+"""Tier 2 through torch.profiler: the injected sitecustomize, reading its results, the order.
+
+torch is not installed here (and there is no GPU), so the end-to-end tests use a stand-in
+``torch`` package that has the few calls the injected code makes: its
+``key_averages().table()`` returns the real table captured on the H200
+(tests/fixtures/ncu-2025.3.1-h200/torch_profiler_key_averages.txt) and its Chrome trace is
+a small synthetic one, built here only for the interval arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuws import protocol
+from gpuws.remote_agent import tier2_parse as t2
+from gpuws.remote_agent import tiers, wire
+from gpuws.remote_agent.torch_profile import prepare, read_results
+from gpuws.remote_agent.worker import RunContext
+
+FIXTURE = (Path(__file__).parents[1] / "fixtures" / "ncu-2025.3.1-h200"
+           / "torch_profiler_key_averages.txt")
+
+
+def synthetic_trace() -> dict[str, Any]:
+    """Device 0: kernel A 0-100 us, memcpy 150-200 us, kernel B 200-300 us, A 300-400 us;
+    device 1: kernel B 0-50 us. CPU events and flows are ignored."""
+    def ev(cat: str, name: str, ts: float, dur: float, device: int) -> dict[str, Any]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": device, "tid": 7, "ts": ts,
+                "dur": dur, "args": {"device": device, "stream": 7}}
+    return {"traceEvents": [
+        ev("kernel", "A", 1000.0, 100.0, 0), ev("gpu_memcpy", "Memcpy HtoD", 1150.0, 50.0, 0),
+        ev("kernel", "B", 1200.0, 100.0, 0), ev("Kernel", "A", 1300.0, 100.0, 0),
+        ev("kernel", "B", 5000.0, 50.0, 1),
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 999.0, "dur": 2.0},
+        {"ph": "f", "cat": "ac2g", "ts": 1000.0}, "garbage",
+        {"ph": "X", "cat": "kernel", "name": "no times"},
+    ], "baseTimeNanoseconds": 0}
+
+
+def test_trace_intervals_give_kernels_idle_and_memcpy_share() -> None:
+    got = t2.parse_torch_trace(synthetic_trace())
+    rows = {r["name"]: (r["calls"], r["total_ns"]) for r in got["kernels"]}
+    assert rows == {"A": (2, 200_000.0), "B": (2, 150_000.0)}
+    # Spans: device 0 400 us, device 1 50 us. Busy: 100 + 50 + 100 + 100 + 50 = 400 us.
+    assert got["span_ns"] == 450_000 and got["busy_ns"] == 400_000
+    assert got["gpu_idle_pct"] == pytest.approx(100 * 50 / 450)
+    assert got["memcpy_pct"] == pytest.approx(100 * 50 / 450)
+    assert got["gap_count"] == 1 and got["largest_gap_ns"] == 50_000
+    with pytest.raises(t2.Tier2ParseError):
+        t2.parse_torch_trace({"not": "a trace"})
+
+
+def test_read_results_prefers_full_names_and_skips_what_is_broken(tmp_path: Path) -> None:
+    (tmp_path / "torch-keyavg-11.txt").write_text(FIXTURE.read_text())
+    only_table = read_results(str(tmp_path))
+    assert [r["name"] for r in only_table["kernels"]] == [
+        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wg..."]
+    assert only_table["kernels"][0]["calls"] == 5 and only_table["gpu_idle_pct"] is None
+    # The fixture's table cut the kernel's name: the trace's full names win.
+    (tmp_path / "torch-trace-11.json").write_text(json.dumps(synthetic_trace()))
+    (tmp_path / "torch-trace-12.json").write_text("{broken")
+    os.mkfifo(tmp_path / "torch-trace-13.json")  # a workload's trap: skipped, not opened
+    (tmp_path / "torch-inject-14.err").write_text("torch.profiler did not start: boom\n")
+    got = read_results(str(tmp_path))
+    assert [r["name"] for r in got["kernels"]] == ["A", "B"]
+    assert got["kernels"][0]["share_pct"] == pytest.approx(100 * 200 / 350)
+    assert got["gpu_idle_pct"] == pytest.approx(100 * 50 / 450)
+    assert got["processes"] == 2
+    problems = " | ".join(got["problems"])
+    assert "torch-trace-12.json" in problems and "torch-trace-13.json" in problems
+    assert "did not start: boom" in problems
+    table = protocol.KernelTable(source="torch.profiler (injected)",
+                                 kernels=[protocol.KernelRow(**r) for r in got["kernels"]],
+                                 gpu_idle_pct=got["gpu_idle_pct"],
+                                 memcpy_pct=got["memcpy_pct"])
+    assert table.kernels[0].name == "A"
+
+
+FAKE_TORCH = '''
+"""Stand-in torch (no torch here): just what gpuws's injected profiler calls."""
+import json, os
+LOG = os.environ.get("FAKE_TORCH_LOG")
+
+class cuda:
+    @staticmethod
+    def is_initialized():
+        return False
+    @staticmethod
+    def synchronize():
+        pass
+'''
+
+FAKE_PROFILER = '''
+import json, os
+FIXTURE = os.environ["FAKE_TORCH_TABLE"]
+TRACE = json.loads(os.environ["FAKE_TORCH_TRACE"])
+
+class ProfilerActivity:
+    CPU, CUDA = "cpu", "cuda"
+
+class _Avg:
+    def table(self, row_limit=-1, max_name_column_width=None):
+        with open(FIXTURE) as f:
+            return f.read()
+
+class profile:
+    def __init__(self, activities):
+        assert activities == [ProfilerActivity.CUDA]
+        self.running = False
+    def start(self):
+        self.running = True
+    def stop(self):
+        assert self.running
+        self.running = False
+    def key_averages(self):
+        return _Avg()
+    def export_chrome_trace(self, path):
+        with open(path, "w") as f:
+            json.dump(TRACE, f)
+'''
+
+
+@pytest.fixture
+def fake_torch(tmp_path: Path) -> dict[str, str]:
+    pkg = tmp_path / "fake" / "torch"
+    (pkg / "profiler").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(FAKE_TORCH)
+    (pkg / "profiler" / "__init__.py").write_text(FAKE_PROFILER)
+    shadowed = tmp_path / "shadowed"
+    shadowed.mkdir()
+    (shadowed / "sitecustomize.py").write_text(
+        "import os\nopen(os.environ['CHAIN_MARK'], 'w').write('ran')\n")
+    return {"PYTHONPATH": f"{tmp_path / 'fake'}{os.pathsep}{shadowed}",
+            "FAKE_TORCH_TABLE": str(FIXTURE), "FAKE_TORCH_TRACE": json.dumps(synthetic_trace()),
+            "CHAIN_MARK": str(tmp_path / "chained")}
+
+
+def test_injected_sitecustomize_profiles_a_python_that_imports_torch(
+        tmp_path: Path, fake_torch: dict[str, str]) -> None:
+    env = {**os.environ, **fake_torch}
+    out = prepare(str(tmp_path / "run"), env, inject=True)
+    assert env["PYTHONPATH"].split(os.pathsep)[0].endswith("site")
+    subprocess.run([sys.executable, "-c", "import torch; print('workload ran')"], env=env,
+                   check=True, capture_output=True, timeout=60)
+    names = sorted(os.listdir(out))
+    assert names[0].startswith("torch-keyavg-") and names[1].startswith("torch-trace-")
+    got = read_results(out)
+    assert [r["name"] for r in got["kernels"]] == ["A", "B"] and got["processes"] == 1
+    assert (tmp_path / "chained").read_text() == "ran"  # the shadowed one still ran
+
+
+def test_injection_costs_nothing_without_torch(tmp_path: Path,
+                                               fake_torch: dict[str, str]) -> None:
+    env = {**os.environ, **fake_torch}
+    out = prepare(str(tmp_path / "run"), env, inject=True)
+    res = subprocess.run([sys.executable, "-c", "import json; print('no torch here')"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout == "no torch here\n" and res.stderr == ""
+    assert os.listdir(out) == []
+    assert read_results(out)["processes"] == 0
+
+
+class NoToolsPod:
+    """A pod with a GPU but neither nsys nor a compatible ncu (the fallback order)."""
+
+    has_gpu = True
+
+    def __init__(self) -> None:
+        self.counters: dict[str, Any] = {}
+        self.facts: dict[str, Any] = {}
+
+    def nsys(self) -> None:
+        return None
+
+    def select_ncu(self, exclude: list[str]) -> dict[str, Any]:
+        return {"selected": None, "reason": "no ncu here"}
+
+
+def test_tier2_order_for_a_python_command(tmp_path: Path, fake_torch: dict[str, str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUWS_POD_CACHE", str(tmp_path / "cache"))
+    run_id = "20250101-000000-aaaaaa"
+    got: list[dict[str, Any]] = []
+    ctx = RunContext(run_id, {"workload": "cmd:python3 x.py", "tiers": [2]}, got.append)
+    os.makedirs(ctx.artifact_dir)
+    ctx.env.update(fake_torch)
+    target = [sys.executable, "-c", "import torch"]
+    rows = tiers.tier2(ctx, NoToolsPod(), target, python=False, inject=True)  # type: ignore[arg-type]
+    assert rows is not None and rows[0]["name"] == "A"
+    started = [e for e in got if e["type"] == "tier_started"]
+    assert started[0]["argv"] == target  # the workload's own argv, no wrapper
+    table = next(e for e in got if e["type"] == "kernel_table")
+    assert table["source"] == "torch.profiler (injected)"
+    assert table["gpu_idle_pct"] == pytest.approx(100 * 50 / 450)
+    fin = next(e for e in got if e["type"] == "tier_finished")
+    assert fin["status"] == "fallback" and "nsys: not installed" in fin["reason"]
+    for event in got:
+        assert not isinstance(protocol.decode_event(wire.dumps(event)), protocol.BadLine)
+    # A command that does not start Python goes straight on to ncu (none here).
+    got.clear()
+    assert tiers.tier2(ctx, NoToolsPod(), ["./bench"], python=False,  # type: ignore[arg-type]
+                       inject=False) is None
+    assert [e["type"] for e in got] == ["tier_started", "diagnosis", "tier_finished"]
+    assert "torch" not in got[1]["cause"]
