@@ -77,7 +77,8 @@ ln -s /etc/passwd passwd-link
 echo real > 'name [bold]x with markup.txt'
 echo report > report.txt
 # A progress bar: one long line of carriage-return updates.
-i=0; while [ $i -lt 2000 ]; do printf '\\r%s' "step $i ................................"; i=$((i+1)); done
+i=0; while [ $i -lt 2000 ]; do printf '\\r%s' "step $i ......................"
+  i=$((i+1)); done
 echo
 echo done
 """)
