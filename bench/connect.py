@@ -1,6 +1,6 @@
 """The agent link against a real OpenSSH sshd on 127.0.0.1, beside OpenSSH's own client.
 
-Three measures, each beside the tool a person would otherwise use, in the same run
+Four measures, the first three each beside the tool a person would otherwise use, in the same run
 (repetitions interleaved, so a noisy neighbour hurts both sides alike):
 
 - **connect**: ``AgentClient.connect`` over ``SSHTransport`` with the bundle already in
@@ -10,7 +10,11 @@ Three measures, each beside the tool a person would otherwise use, in the same r
 - **event stream**: a finished run of 200,000 small ``output``/``samples`` events in the
   pod's cache (written by the agent's own ``EventLog``), replayed with
   ``client.attach(run_id, from_seq=0)`` and decoded on the laptop until ``run_finished``,
-  beside ``ssh -F cfg pod cat events.ndjson`` of the same bytes.
+  beside ``ssh -F cfg pod cat events.ndjson`` of the same bytes;
+- **ssh -G**: what resolving the destination costs (``sshconfig.resolve``, which runs
+  ``ssh -G``): the first resolve in a process (two runs: OpenSSH's built-in defaults are
+  asked once, to name the options gpuws does not apply) and every later one. The warm
+  connect above includes one.
 
 Loopback has no round-trip time; ``--rtt-ms`` puts a delay proxy (bench/_sshd.py)
 between both clients and the server. Run it from the repository root (it prints a
@@ -41,6 +45,7 @@ from gpuws.client import AgentClient
 from gpuws.deploy import build_bundle
 from gpuws.framing import read_event_batches
 from gpuws.remote_agent import runs, wire
+from gpuws.transport import sshconfig
 from gpuws.transport.ssh import SSHTransport
 
 RUN_ID = "bench-stream"
@@ -92,6 +97,22 @@ async def bench_connect(pod: Pod, n: int) -> dict[str, Any]:
             "goal_ratio_max": 1.0, "met": total / ssh <= 1.0,
             "phases_s": {k: median([o[k] for o in ours]) for k in ("ssh_s", "sftp_s", "deploy_s")},
             "gpuws_all_s": [o["total_s"] for o in ours], "ssh_true_all_s": theirs}
+
+
+def bench_resolve(pod: Pod, n: int) -> dict[str, Any]:
+    """``sshconfig.resolve`` (``ssh -G``): first in a process, and later ones."""
+    firsts: list[float] = []
+    laters: list[float] = []
+    for _ in range(n):
+        sshconfig.builtin_defaults.cache_clear()
+        t0 = time.perf_counter()
+        sshconfig.resolve("pod", str(pod.config))
+        firsts.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        sshconfig.resolve("pod", str(pod.config))
+        laters.append(time.perf_counter() - t0)
+    return {"runs": n, "first_s": median(firsts), "later_s": median(laters),
+            "first_all_s": firsts, "later_all_s": laters}
 
 
 async def bench_cold(pod: Pod, n: int) -> dict[str, Any]:
@@ -246,7 +267,7 @@ async def bench_stream(pod: Pod, n: int, reps: int) -> dict[str, Any]:
 
 
 def table(r: dict[str, Any]) -> str:
-    c, d, s = r["connect"], r["cold"], r["stream"]
+    c, d, s, g = r["connect"], r["cold"], r["stream"], r["resolve"]
     ok = {True: "met", False: "NOT met"}
     rows = [
         ("warm connect → Hello (gpuws)", f"{c['gpuws_s'] * 1000:.0f} ms", ""),
@@ -255,6 +276,9 @@ def table(r: dict[str, Any]) -> str:
         ("  gpuws phases: ssh / sftp / bootstrap",
          " / ".join(f"{c['phases_s'][k] * 1000:.0f}" for k in ("ssh_s", "sftp_s", "deploy_s"))
          + " ms", ""),
+        ("resolve with ssh -G: first in a process / later",
+         f"{g['first_s'] * 1000:.1f} / {g['later_s'] * 1000:.1f} ms",
+         "later ones are inside the warm connect"),
         ("cold connect (empty pod cache)", f"{d['cold_connect_s'] * 1000:.0f} ms",
          f"{d['over_warm_s'] * 1000:+.0f} ms over the warm one after it"),
         ("bundle size", f"{d['bundle_bytes'] / KB:.1f} KB", f"≤ 200 KB: {ok[d['met']]}"),
@@ -285,8 +309,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         cold = await bench_cold(pod, args.colds)
         conn = await bench_connect(pod, args.connects)
         stream = await bench_stream(pod, args.events, args.streams)
+        resolved = bench_resolve(pod, args.connects)
     return {"machine": machine(), "rtt_ms": args.rtt_ms, "connect": conn, "cold": cold,
-            "stream": stream}
+            "stream": stream, "resolve": resolved}
 
 
 def main(argv: list[str] | None = None) -> int:

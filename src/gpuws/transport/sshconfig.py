@@ -221,8 +221,12 @@ def ssh_g(binary: str, host: str, config_file: str | None = None, port: int | No
 
 
 @lru_cache(maxsize=4)
-def _builtin_defaults(binary: str) -> dict[str, tuple[str, ...]]:
-    """What ``ssh -G`` prints with no config at all: OpenSSH's built-in defaults."""
+def builtin_defaults(binary: str) -> dict[str, tuple[str, ...]]:
+    """What ``ssh -G`` prints with no config at all: OpenSSH's built-in defaults.
+
+    Asked once per process (cached): the first resolve costs two ``ssh -G`` runs, every
+    later one a single run.
+    """
     return {k: tuple(v) for k, v in ssh_g(binary, "gpuws-defaults.invalid", os.devnull).items()}
 
 
@@ -254,7 +258,7 @@ def _from_ssh_g(binary: str, host: str, config_file: str | None, port: int | Non
     user_kh = _split_files(" ".join(opts.get("userknownhostsfile", [])))
     global_kh = _split_files(" ".join(opts.get("globalknownhostsfile", [])))
     _finish(target, identity_files, cert_files, user_kh, global_kh, agent)
-    defaults = _builtin_defaults(binary)
+    defaults = builtin_defaults(binary)
     changed = [k for k, v in opts.items()
                if k not in HONOURED and k not in QUIET and tuple(v) != defaults.get(k)]
     if changed:
