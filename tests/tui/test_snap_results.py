@@ -19,7 +19,13 @@ from gpuws.sessions.store import Store
 from gpuws.tui.app import GpuwsApp, StartHome
 from gpuws.tui.screens.artifacts import ArtifactsScreen
 from gpuws.tui.screens.results import ResultsScreen
-from tui.tuikit import REPORT, fill_store, recorded_events  # type: ignore[import-not-found]
+from tui.tuikit import (  # type: ignore[import-not-found]
+    RECORDED,
+    REPORT,
+    fill_store,
+    h200_probe,
+    recorded_events,
+)
 
 FIXED_NOW = 1_795_270_000.0
 SnapCompare = Callable[..., bool]
@@ -86,3 +92,25 @@ def test_artifacts_pulled(snap_compare: SnapCompare, snapshot_home: Path) -> Non
         await pilot.pause(0.4)
 
     assert snap_compare(app(), terminal_size=(100, 20), run_before=run_before)
+
+
+def test_results_of_a_failed_run_say_why(snap_compare: SnapCompare, snapshot_home: Path) -> None:
+    """Counters blocked: the summary and the metrics tab say Tier 3 failed and why."""
+    run_id = "20261121-101010-blocked"
+    with Store() as s:
+        sid = s.open_session("l4", "ssh+sftp", h200_probe(), 0.8, started=RECORDED.T0 - 30)
+        s.ingest_many(sid, RECORDED.blocked_run(run_id))
+        s.end_session(sid, ended=RECORDED.T0 + 60)
+    assert snap_compare(app(), terminal_size=(100, 24),
+                        run_before=results(run_id, "tab-metrics"))
+
+
+def test_results_of_a_tier1_only_run(snap_compare: SnapCompare, snapshot_home: Path) -> None:
+    """No Tier 3 asked for: the metrics tab says so instead of "no metrics yet"."""
+    run_id = "20261121-111111-t1only"
+    with Store() as s:
+        sid = s.open_session("h200", "ssh+sftp", h200_probe(), 3.99, started=RECORDED.T0 - 30)
+        s.ingest_many(sid, RECORDED.saxpy_run(run_id, tiers=(1,)))
+        s.end_session(sid, ended=RECORDED.T0 + 60)
+    assert snap_compare(app(), terminal_size=(100, 16),
+                        run_before=results(run_id, "tab-metrics"))

@@ -8,9 +8,9 @@ from typing import Any
 
 from textual.pilot import Pilot
 
+from gpuws.live.storeio import StoreHandle
 from gpuws.tui.app import GpuwsApp, StartReplay
 from gpuws.tui.screens.run import RunScreen
-from gpuws.live.storeio import StoreHandle
 from tui.tuikit import RECORDED, RECORDING  # type: ignore[import-not-found]
 
 FIXED_NOW = 1_795_270_000.0

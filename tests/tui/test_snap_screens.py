@@ -13,22 +13,24 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
+from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Input
 
 from gpuws import protocol
+from gpuws.live.link import Target
+from gpuws.live.telemetry import TelemetryHistory
 from gpuws.remote_agent.gpuinfo import TELEMETRY_FIELDS, parse_query_csv, samples_from_query
 from gpuws.remote_agent.ncu_select import select_ncu
 from gpuws.sessions.cost import economics
 from gpuws.sessions.store import Store
 from gpuws.tui.app import GpuwsApp, StartConnect, StartHome
-from gpuws.live.link import Target
 from gpuws.tui.messages import EconomicsTick, NcuPlanReady, TelemetryTick
 from gpuws.tui.screens.connecting import ConnectingScreen
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.launcher import LauncherScreen
 from gpuws.tui.screens.sessions import SessionsScreen
-from gpuws.live.telemetry import TelemetryHistory
 from tui.tuikit import FIXTURES, fill_store, h200_probe  # type: ignore[import-not-found]
 
 FIXED_NOW = 1_795_270_000.0
@@ -178,3 +180,63 @@ def test_help(snap_compare: SnapCompare) -> None:
         await pilot.pause(0.2)
 
     assert snap_compare(app_on(), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_launcher_refuses_a_bad_parameter(snap_compare: SnapCompare) -> None:
+    """A builtin parameter of the wrong type: refused in the form, with what is valid."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await pilot.app.push_screen(LauncherScreen([]))
+        await pilot.pause(0.2)
+        pilot.app.screen.query_one("#param-n", Input).value = "abc"
+        pilot.app.screen.query_one("#target-ci", Input).value = "2"
+        await pilot.press("ctrl+r")
+        await pilot.pause(0.2)
+
+    assert snap_compare(app_on(), terminal_size=(100, 40), run_before=run_before)
+
+
+async def _palette(pilot: Pilot[Any], query: str) -> list[str]:
+    """Open Ctrl+P on Home, type ``query``; the names of the commands it offers."""
+    await until(pilot, lambda: pilot.app.screen.query("#hosts"))
+    await pilot.press("ctrl+p")
+    await until(pilot, lambda: isinstance(pilot.app.screen, CommandPalette))
+    await pilot.press(*query)
+    await pilot.pause(0.5)
+    options = pilot.app.screen.query_one(CommandList)
+    return [str(options.get_option_at_index(i).prompt).split("\n")[0]
+            for i in range(options.option_count)]
+
+
+def test_palette_finds_replay(snap_compare: SnapCompare) -> None:
+    """Typing "replay" in the palette finds gpuws's replay commands, not Textual's."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await _palette(pilot, "replay")
+
+    assert snap_compare(app_on(), terminal_size=(80, 24), run_before=run_before)
+
+
+@pytest.mark.parametrize("query,command", [
+    ("connect", "Connect to a pod"), ("new run", "New run"),
+    ("replay", "Replay a recorded run"), ("export", "Export the session as markdown"),
+    ("sessions", "Sessions"), ("compare", "Compare with the baseline"),
+    ("attach", "Attach to a run on the pod"), ("cancel", "Cancel the run"),
+])
+async def test_palette_offers_gpuws_actions_by_name(query: str, command: str) -> None:
+    app = app_on()
+    async with app.run_test(size=(100, 30)) as pilot:
+        names = await _palette(pilot, query)
+        assert names and names[0] == command, names
+
+
+async def test_palette_commands_say_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chosen without a pod, a pod's command runs and says what it needs."""
+    app = app_on()
+    notes: list[str] = []
+    monkeypatch.setattr(app, "notify", lambda message, **_: notes.append(message))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _palette(pilot, "new run")
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+    assert notes == ["connect to a pod first"]

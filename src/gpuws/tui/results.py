@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import protocol
 from ..errors import GpuwsError
 from ..sessions.compare import Comparison, compare_runs
+from ..sessions.runlist import why_failed
 from ..sessions.store import KernelMetricsRow, RunRow, Store
 
 
@@ -24,6 +25,9 @@ class RunResults:
         diagnoses: what the run had to say about itself.
         comparison: the comparison with its baseline, if it has one.
         baseline_note: why there is no comparison (empty when there is).
+        failure: why the run failed, was cancelled or a tier gave nothing (empty when
+            everything it was asked for ran).
+        tiers: how each tier that finished ended, by tier number.
     """
 
     run: RunRow
@@ -35,6 +39,29 @@ class RunResults:
     diagnoses: list[protocol.Diagnosis]
     comparison: Comparison | None
     baseline_note: str
+    failure: str = ""
+    tiers: dict[int, protocol.TierFinished] = field(default_factory=dict)
+
+    def metrics_note(self) -> str:
+        """Why there are no Tier-3 metrics to show (empty when there are some)."""
+        if self.metrics:
+            return ""
+        asked = self.run.spec.tiers if self.run.spec is not None else [1, 2, 3]
+        if 3 not in asked:
+            chosen = ", ".join(str(t) for t in asked)
+            return (f"Tier 3 (Nsight Compute) was not asked for: this run ran tier(s) {chosen}. "
+                    "Start a run with Tier 3 ticked for metrics.")
+        tier3 = self.tiers.get(3)
+        if tier3 is not None and tier3.status != "ok":
+            why = f": {tier3.reason}" if tier3.reason else ""
+            return f"No Tier-3 metrics: Tier 3 {tier3.status}{why}. The findings tab says more."
+        if tier3 is not None:
+            return ("No Tier-3 metrics: Tier 3 finished but recorded no kernel (did the kernel "
+                    "regex match a launch?).")
+        if self.run.status == "running":
+            return "No Tier-3 metrics yet: the run has not reached Tier 3."
+        why = f": {self.failure}" if self.failure else ""
+        return f"No Tier-3 metrics: the run {self.run.status} before Tier 3{why}."
 
 
 def load_results(store: Store, run_id: str) -> RunResults:
@@ -58,7 +85,10 @@ def load_results(store: Store, run_id: str) -> RunResults:
             note = f"cannot compare with {run.baseline_of}: {exc.message}"
     elif run.is_baseline:
         note = "this run is the baseline of its workload"
+    tiers = {e.tier: e for e in store.run_events(run.run_id, ["tier_finished"])
+             if isinstance(e, protocol.TierFinished)}
     return RunResults(run=run, probe=session.probe, tier1=store.tier1(run.run_id),
                       metrics=store.metrics(run.run_id), rules=store.rules(run.run_id),
                       static=static, diagnoses=store.diagnoses(run.run_id),
-                      comparison=comparison, baseline_note=note)
+                      comparison=comparison, baseline_note=note,
+                      failure=why_failed(store, run.run_id), tiers=tiers)

@@ -12,10 +12,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, Log, Static
 
 from ... import protocol
-from ...sessions.cost import Economics
 from ...live.link import probe_summary
-from ..messages import AgentLog, EconomicsTick, LinkDown, NcuPlanReady, TelemetryTick
 from ...live.telemetry import GAUGES, TelemetryHistory
+from ...sessions.cost import Economics
+from ..messages import AgentLog, EconomicsTick, LinkDown, NcuPlanReady, TelemetryTick
 from ..widgets.cost_ticker import CostTicker
 from ..widgets.counters import CountersPanel
 from ..widgets.ncu_panel import NcuPanel

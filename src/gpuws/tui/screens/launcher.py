@@ -25,8 +25,8 @@ from textual.widgets import (
 )
 
 from ...errors import GpuwsError, UsageError
-from ...kernels.registry import BUILTINS, WorkloadRef, parse_workload
-from ...runspec import LaunchOptions, build_spec
+from ...kernels.registry import BUILTINS, WorkloadError, WorkloadRef, parse_workload
+from ...runspec import LaunchOptions, build_spec, parse_target_ci
 
 if TYPE_CHECKING:
     from ..app import GpuwsApp
@@ -101,7 +101,10 @@ class LauncherScreen(Screen[None]):
                 yield Checkbox("2 kernel timeline", True, id="t2", compact=True)
                 yield Checkbox("3 Nsight Compute", True, id="t3", compact=True)
             yield Label("Tier 1 options", classes="section")
-            yield from _row("target CI ±%", Input("1.0", id="target-ci", type="number"))
+            yield from _row("target CI", Input("1%", id="target-ci",
+                                               tooltip="stop when the median's 95% CI is "
+                                                       "within ± this of it: 1% (or 0.01), "
+                                                       "as gpuws run --target-ci takes it"))
             yield from _row("max seconds", Input("10", id="max-seconds", type="number"))
             yield from _row("timing", Select(
                 [("auto: cold, short calls hot in batches", "auto"),
@@ -194,8 +197,8 @@ class LauncherScreen(Screen[None]):
         query = "&".join(f"{k}={v}" for k, v in changed.items())
         try:
             ref: WorkloadRef = parse_workload(f"builtin:{name}" + (f"?{query}" if query else ""))
-        except ValueError as exc:
-            raise UsageError(str(exc)) from exc
+        except WorkloadError as exc:
+            raise UsageError(exc.problem, remedy=exc.valid) from None
         return str(ref)
 
     def options(self) -> LaunchOptions:
@@ -209,7 +212,7 @@ class LauncherScreen(Screen[None]):
             raise UsageError("no tier chosen", remedy="tick at least one tier")
         return LaunchOptions(
             workload=self.workload(), tiers=tiers,
-            target_ci=_number(self, "#target-ci", "target CI") / 100.0,
+            target_ci=parse_target_ci(self.query_one("#target-ci", Input).value),
             max_seconds=_number(self, "#max-seconds", "max seconds"),
             timing=str(self.query_one("#timing", Select).value),
             kernel_regex=self.query_one("#kernel-regex", Input).value.strip() or None,
@@ -228,6 +231,8 @@ class LauncherScreen(Screen[None]):
         except GpuwsError as exc:
             error.update(Text.assemble(("✗ ", "bold"), exc.message,
                                        (f" — {exc.remedy}" if exc.remedy else "")))
+            # The form is taller than most terminals: bring the refusal into view.
+            self.call_after_refresh(error.scroll_visible, animate=False)
             return
         error.update("")
         self.app.launch_run(spec, _choice(self, "#baseline"))

@@ -27,7 +27,13 @@ if TYPE_CHECKING:
 
 
 class ResultsScreen(Screen[None]):
-    """Everything a finished run found, read from the store."""
+    """Everything a finished run found, read from the store.
+
+    Args:
+        run_id: the run.
+        tab: the tab to open on: ``tab-metrics``, ``tab-findings``, ``tab-roofline`` or
+            ``tab-compare``.
+    """
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "app.pop_screen", "Back"),
@@ -42,20 +48,23 @@ class ResultsScreen(Screen[None]):
     ResultsScreen TabPane { height: 1fr; }
     ResultsScreen .caption { color: $text-muted; padding: 0 1; height: auto; }
     ResultsScreen #compare { padding: 0 1; }
+    ResultsScreen #metrics-note { display: none; padding: 1 1; height: auto; }
     """
 
     app: GpuwsApp
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, tab: str = "tab-metrics") -> None:
         super().__init__()
         self.run_id = run_id
+        self.tab = tab
         self.results: RunResults | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(Text("reading the store…", "dim"), id="summary")
-        with TabbedContent(id="results-tabs"):
+        with TabbedContent(id="results-tabs", initial=self.tab):
             with TabPane("Metrics", id="tab-metrics"):
+                yield Static(id="metrics-note")
                 yield MetricsTable(id="metrics")
             with TabPane("Findings", id="tab-findings"), VerticalScroll():
                 yield VerticalScroll(id="diagnoses")
@@ -75,6 +84,11 @@ class ResultsScreen(Screen[None]):
         self.sub_title = f"{r.run.workload} · {r.run.status}"
         self.query_one("#summary", Static).update(_summary(r))
         self.query_one(MetricsTable).show(r.metrics)
+        # A run without metrics says why (failed, skipped, not asked for), not "yet".
+        note = r.metrics_note()
+        self.query_one("#metrics-note", Static).update(Text(note, "yellow"))
+        self.query_one("#metrics-note").display = bool(note)
+        self.query_one(MetricsTable).display = not note
         self.query_one(RuleList).show(r.rules)
         box = self.query_one("#diagnoses", VerticalScroll)
         box.remove_children()
@@ -96,15 +110,20 @@ class ResultsScreen(Screen[None]):
 def _summary(r: RunResults) -> Text:
     text = Text()
     text.append(f"{r.run.workload}", "bold")
-    text.append(f" · {r.run.status} in {fmt.duration(r.run.wall_s)}")
+    colour = {"ok": "", "running": "cyan", "cancelled": "yellow"}.get(r.run.status, "bold red")
+    text.append(" · ")
+    text.append(r.run.status, colour)
+    text.append(f" in {fmt.duration(r.run.wall_s)}")
     if r.run.is_baseline:
         text.append(" · baseline", "bold magenta")
+    if r.failure:
+        text.append(f"\n✗ {r.failure}", "red" if r.run.status == "failed" else "yellow")
     if r.tier1 is not None:
         s = r.tier1.stats
         text.append(f"\nTier 1: median {fmt.ms(s.median_ms)} "
                     f"[{fmt.ms(s.ci_low_ms)}, {fmt.ms(s.ci_high_ms)}] n={s.n}")
         if r.tier1.gbps is not None:
-            text.append(f" · {r.tier1.gbps:,.0f} GB/s")
+            text.append(f" · {fmt.num(r.tier1.gbps, 'GB/s')}")
         if r.tier1.tflops is not None:
             text.append(f" · {r.tier1.tflops:.3g} TFLOP/s")
     if r.static:

@@ -37,7 +37,11 @@ class RunScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("c", "cancel", "Cancel run"),
+        # One key, three meanings; check_action shows the one that is true: leaving a live
+        # run lets it go on, leaving a replay or a finished run is just going back.
         Binding("escape,d", "detach", "Leave (run goes on)"),
+        Binding("escape,d", "leave_replay", "Leave replay"),
+        Binding("escape,d", "back", "Back"),
         Binding("a", "attach", "Re-attach"),
         Binding("r", "results", "Results"),
         Binding("f", "artifacts", "Artifacts"),
@@ -96,6 +100,7 @@ class RunScreen(Screen[None]):
         for batch in held:
             self.on_run_events(batch)
         self._update_subtitle()
+        self.refresh_bindings()  # the footer's esc says "Back" once the run has finished
 
     def on_run_events(self, message: RunEvents) -> None:
         if not self._backfilled:
@@ -123,6 +128,12 @@ class RunScreen(Screen[None]):
             return self.app.can_reach_pod() and not finished
         if action == "attach":
             return self.app.can_reach_pod() and not finished
+        if action == "detach":
+            return self.live and not finished
+        if action == "leave_replay":
+            return not self.live
+        if action == "back":
+            return self.live and finished
         return True
 
     def action_cancel(self) -> None:
@@ -131,6 +142,14 @@ class RunScreen(Screen[None]):
 
     def action_detach(self) -> None:
         """Leave this screen; the run goes on on the pod and is still recorded."""
+        self.app.leave_run(self)
+
+    def action_leave_replay(self) -> None:
+        """Leave this replay (nothing runs: the panes were read from a recording)."""
+        self.app.leave_run(self)
+
+    def action_back(self) -> None:
+        """Leave this finished run's panes."""
         self.app.leave_run(self)
 
     def action_attach(self) -> None:
