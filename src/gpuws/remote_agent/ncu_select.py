@@ -18,8 +18,11 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
+    "CUDA_REPO_BASE",
+    "DOWNLOAD_PY",
     "RELEASES",
     "Release",
+    "cuda_repo",
     "install_path_for",
     "parse_ncu_version",
     "parse_os_release",
@@ -246,6 +249,25 @@ def parse_os_release(text: str) -> dict[str, str]:
             value = value[1:-1]
         out[key.strip()] = value
     return out
+
+
+def cuda_repo(os_release: str | None, machine: str) -> tuple[str | None, str, str | None]:
+    """NVIDIA's CUDA repository for this pod: ``(repo dir, apt|dnf|"", repo arch)``.
+
+    ``repo dir`` (``ubuntu2404``) is None where NVIDIA has no repository for the OS;
+    ``repo arch`` (``x86_64``/``sbsa``) None for an architecture it does not build.
+    Shared with the Nsight Systems plan, which installs from the same repositories.
+    """
+    repo, manager = _repo_name(parse_os_release(os_release or ""))
+    if repo is not None and repo not in (_APT_REPOS if manager == "apt" else _DNF_REPOS):
+        repo = None
+    return repo, manager, _repo_arch(machine)
+
+
+#: Where NVIDIA's CUDA repositories live (``<base>/<repo dir>/<repo arch>/``).
+CUDA_REPO_BASE = _REPO_BASE
+#: A download step that needs no curl/wget (``python3 -c`` this, URL, destination).
+DOWNLOAD_PY = _DOWNLOAD
 
 
 def _repo_name(osr: dict[str, str]) -> tuple[str | None, str]:

@@ -232,19 +232,28 @@ def _ncu_plan(msg: Dict[str, Any], srv: Server) -> None:
     srv.spawn(go, msg.get("req"))
 
 
+def _nsys_plan(msg: Dict[str, Any], srv: Server) -> None:
+    def go() -> None:
+        from .nsys_provision import plan_event
+
+        srv.send(plan_event(bool(msg.get("install")), msg.get("req"), srv.send))
+    srv.spawn(go, msg.get("req"))
+
+
 def _shutdown(msg: Dict[str, Any], srv: Server) -> None:
     srv.reply(msg.get("req"), "pong")
     srv.stop.set()
 
 
 #: Every field each request may carry (protocol.py's Request structs; a contract test
-#: keeps the two in step).
+#: keeps the two in step). ``nsys_plan`` answers with an ``nsys_plan`` event, which the
+#: laptop can ask for once protocol.py has its NsysPlanReq/NsysPlan structs.
 REQUEST_FIELDS: Dict[str, FrozenSet[str]] = {
     name: frozenset(("type", "req", *extra)) for name, extra in (
         ("ping", ()), ("probe", ()), ("start_run", ("spec", "run_id")),
         ("attach", ("run_id", "from_seq", "follow")), ("cancel", ("run_id",)),
         ("list_runs", ()), ("telemetry", ("interval_s",)), ("ncu_plan", ("install",)),
-        ("stat_file", ("path",)), ("shutdown", ()),
+        ("stat_file", ("path",)), ("shutdown", ()), ("nsys_plan", ("install",)),
     )
 }
 #: The fields of protocol.RunSpec.
@@ -259,6 +268,7 @@ HANDLERS: Dict[str, Handler] = {
     "ping": _ping, "probe": _probe, "start_run": _start_run, "attach": _attach,
     "cancel": _cancel, "list_runs": _list_runs, "telemetry": _telemetry,
     "stat_file": _stat_file, "ncu_plan": _ncu_plan, "shutdown": _shutdown,
+    "nsys_plan": _nsys_plan,
 }
 
 
