@@ -84,8 +84,17 @@ def test_frozen_pod_is_declared_dead_within_the_bound(tmp_path: Path) -> None:
                 for pid in frozen:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGCONT)
+                reason = transport.lost_reason
                 await client.close()
-            return ours, theirs, transport.lost_reason
+            # The same transport connects again (what a reconnect does): a fresh link,
+            # the old reason cleared.
+            await transport.connect()
+            try:
+                assert transport.lost_reason is None
+                assert (await transport.run(["echo", "back"])).stdout == b"back\n"
+            finally:
+                await transport.close()
+            return ours, theirs, reason
 
         ours, theirs, reason = asyncio.run(go())
     finally:

@@ -254,6 +254,8 @@ class SSHTransport(Transport):
         Args:
             tunnel: reach the host through this connection (a later ``ProxyJump`` hop).
         """
+        if self._conn is not None or self._hops or self._proxy is not None:
+            await self._close_chain()  # a reconnect: drop what is left of the last link
         self._closing = False
         self.lost_reason = None
         self._handshake = None

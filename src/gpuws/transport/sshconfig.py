@@ -257,7 +257,9 @@ def _from_ssh_g(binary: str, host: str, config_file: str | None, port: int | Non
     cert_files = [v for v in opts.get("certificatefile", []) if v.lower() != "none"]
     user_kh = _split_files(" ".join(opts.get("userknownhostsfile", [])))
     global_kh = _split_files(" ".join(opts.get("globalknownhostsfile", [])))
-    _finish(target, identity_files, cert_files, user_kh, global_kh, agent)
+    # ssh -G has already expanded the known-hosts files' tokens (a second pass would
+    # misread a "%" that came from "%%"); only "~" is left to do.
+    _finish(target, identity_files, cert_files, user_kh, global_kh, agent, tokens_done=True)
     defaults = builtin_defaults(binary)
     changed = [k for k, v in opts.items()
                if k not in HONOURED and k not in QUIET and tuple(v) != defaults.get(k)]
@@ -345,12 +347,17 @@ def _from_asyncssh(host: str, config_file: str | None, port: int | None,
 
 # ----------------------------------------------------------------------------- tokens
 def _finish(target: SSHTarget, identity_files: list[str], cert_files: list[str],
-            user_kh: list[str], global_kh: list[str], agent: str | None) -> None:
+            user_kh: list[str], global_kh: list[str], agent: str | None,
+            tokens_done: bool = False) -> None:
     """Expand what ``ssh`` expands only when it uses a value (see the module notes)."""
     target.identity_files = [expand_path(p, target) for p in identity_files]
     target.certificate_files = [expand_path(p, target) for p in cert_files]
-    user_files = [expand_path(p, target) for p in user_kh]
-    target.known_hosts_files = user_files + [expand_path(p, target) for p in global_kh]
+
+    def known(path: str) -> str:
+        return os.path.expanduser(path) if tokens_done else expand_path(path, target)
+
+    user_files = [known(p) for p in user_kh]
+    target.known_hosts_files = user_files + [known(p) for p in global_kh]
     target.user_known_hosts = len(user_files)
     if agent is None:
         target.identity_agent = None
