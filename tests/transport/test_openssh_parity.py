@@ -328,3 +328,25 @@ def test_errors_keep_their_class(servers: dict[str, SshServer], tmp_path: Path) 
     with pytest.raises(ConnectError, match=r"jump host hop1: connection to .* refused") as info:
         asyncio.run(SSHTransport("pod", config_file=cfg).connect())
     assert info.value.title == "Connection refused"
+
+
+def test_without_the_ssh_client_asyncssh_config_reaches_the_same_server(
+        servers: dict[str, SshServer], tmp_path: Path) -> None:
+    kh = tmp_path / "known_hosts"
+    (tmp_path / "inc.conf").write_text(f"Port {servers['hop1'].port}\n")
+    cfg = write_config(tmp_path, servers, "Host other\n  Include {d}/inc.conf\n"
+                       + block("hop1", servers["hop1"], kh) + block("hop2", servers["hop2"], kh)
+                       + block("pod", servers["pod"], kh, "  ProxyJump hop1,hop2\n"))
+
+    async def which() -> tuple[str, str]:
+        t = SSHTransport("pod", config_file=cfg, ssh_binary="")  # as if ssh were missing
+        await t.connect()
+        try:
+            out = await t.run(["sh", "-c", "echo $GPUWS_POD_CACHE"])
+            return out.stdout.decode().strip(), t.target.source
+        finally:
+            await t.close()
+
+    reached, source = asyncio.run(which())
+    assert source == "asyncssh config"
+    assert reached == ssh_reaches(cfg) == str(servers["pod"].pod_cache)
