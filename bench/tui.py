@@ -30,9 +30,9 @@ from pathlib import Path
 import msgspec
 
 from gpuws import protocol
+from gpuws.live.storeio import StoreHandle
 from gpuws.tui.app import GpuwsApp, StartHome
 from gpuws.tui.screens.run import RunScreen
-from gpuws.live.storeio import StoreHandle
 
 RECORDING = Path(__file__).resolve().parent.parent / "tests/fixtures/recorded/saxpy_h200.ndjson"
 RUN_ID = "bench-tui"

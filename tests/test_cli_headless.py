@@ -257,9 +257,6 @@ def test_every_option_has_help() -> None:
     assert missing == []
 
 
-@pytest.mark.xfail(strict=True, reason="gpuws run's options are defined in commands/run.py "
-                                       "add_run_args, whose owner adds the missing help "
-                                       "(issue 15); strict, so this mark goes when they do")
 def test_every_run_option_has_help() -> None:
     missing = [f"run {action.option_strings or action.dest}"
                for name, action in _options(make_parser()) if name == "run" and not action.help]

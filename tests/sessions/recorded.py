@@ -182,7 +182,7 @@ def saxpy_run(run_id: str, *, t0: float = T0, median_ms: float = 0.240, n_sample
                text=f"==PROF== Report: {run_dir}/saxpy.ncu-rep")
         ev.add("kernel_metrics", 0.8, **km)
         ev.add("rule_findings", 0.01, rules=saxpy_rules())
-        ev.add("artifact", 0.01, name="saxpy.ncu-rep", path=f"{run_dir}/saxpy.ncu-rep",
+        ev.add("artifact", 0.01, name="saxpy.ncu-rep", path=f"{run_dir}/artifacts/saxpy.ncu-rep",
                size=len(REPORT_BYTES), sha256=hashlib.sha256(REPORT_BYTES).hexdigest(),
                kind="ncu-rep")
         ev.add("tier_finished", 0.01, tier=3, status="ok", wall_s=round(ev.t - start, 6),
@@ -237,7 +237,7 @@ def blocked_run(run_id: str, *, t0: float = T0) -> list[bytes]:
            block_size=1024, theoretical_occupancy_pct=100.0, limiter="warps",
            source="cuobjdump --dump-resource-usage")
     log = b"==ERROR== ERR_NVGPUCTRPERM\n"
-    ev.add("artifact", 0.01, name="ncu.log", path=f"{run_dir}/ncu.log", size=len(log),
+    ev.add("artifact", 0.01, name="ncu.log", path=f"{run_dir}/artifacts/ncu.log", size=len(log),
            sha256=hashlib.sha256(log).hexdigest())
     ev.add("tier_finished", 0.01, tier=3, status="failed", wall_s=0.73,
            reason="ERR_NVGPUCTRPERM: counters blocked")

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuws import protocol
+from gpuws.live.link import Target
 from gpuws.sessions.store import Store
 from gpuws.tui.app import GpuwsApp, StartConnect
-from gpuws.live.link import Target
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.pick_run import PickRunScreen
 from gpuws.tui.screens.run import RunScreen

@@ -11,14 +11,14 @@ from pathlib import Path
 from textual.message import Message
 from textual.widgets import Static
 
+from gpuws.live.link import STEPS, Target
+from gpuws.live.storeio import StoreHandle
 from gpuws.sessions.store import Store
 from gpuws.tui.app import GpuwsApp, StartConnect, StartReplay
-from gpuws.live.link import STEPS, Target
 from gpuws.tui.messages import LinkUp, NcuPlanReady, RunEvents, StepChanged
 from gpuws.tui.screens.artifacts import ArtifactsScreen
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.run import RunScreen
-from gpuws.live.storeio import StoreHandle
 from gpuws.tui.widgets.artifact_item import ArtifactItem
 from tui.tuikit import RECORDING, launch_command, outputs, run_screen, until  # type: ignore[import-not-found]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from textual.message import Message
 from textual.widgets import Static
 
+from gpuws.live.link import Target
 from gpuws.sessions.store import Store
 from gpuws.tui.app import GpuwsApp, StartConnect
-from gpuws.live.link import Target
 from gpuws.tui.messages import LinkDown, LinkUp
 from gpuws.tui.screens.connecting import ConnectingScreen
 from gpuws.tui.screens.dashboard import DashboardScreen

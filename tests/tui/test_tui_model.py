@@ -12,14 +12,14 @@ from gpuws import protocol
 from gpuws.cli import make_parser
 from gpuws.commands.run import build_spec as cli_build_spec
 from gpuws.errors import UsageError
-from gpuws.runspec import LaunchOptions, build_spec
-from gpuws.sessions.store import Store
 from gpuws.live.feed import Batch, EventFeed
-from gpuws.tui.hosts import config_aliases, home_hosts
-from gpuws.tui.messages import PullProgress, RunEvents, TelemetryTick
 from gpuws.live.model import RunModel
 from gpuws.live.replay import MAX_GAP_S, play, read_file
 from gpuws.live.storeio import StoreHandle
+from gpuws.runspec import LaunchOptions, build_spec
+from gpuws.sessions.store import Store
+from gpuws.tui.hosts import config_aliases, home_hosts
+from gpuws.tui.messages import PullProgress, RunEvents, TelemetryTick
 from gpuws.tui.widgets.roofline import ceilings_from, points_from
 from gpuws.tui.widgets.rules import sort_rules
 from tui.tuikit import RECORDING, fill_store, h200_probe, recorded_events  # type: ignore[import-not-found]

@@ -7,6 +7,8 @@ from textual.command import CommandPalette
 from textual.widgets import Button, Static
 
 from gpuws import protocol
+from gpuws.live.storeio import StoreHandle
+from gpuws.live.telemetry import TelemetryHistory
 from gpuws.remote_agent.ncu_select import select_ncu
 from gpuws.tui.app import GpuwsApp, StartHome, StartReplay
 from gpuws.tui.messages import NcuPlanReady
@@ -14,8 +16,6 @@ from gpuws.tui.screens.confirm import ConfirmScreen
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.results import ResultsScreen
 from gpuws.tui.screens.run import RunScreen
-from gpuws.live.storeio import StoreHandle
-from gpuws.live.telemetry import TelemetryHistory
 from tui.tuikit import RECORDING, h200_probe, until  # type: ignore[import-not-found]
 
 UBUNTU = 'ID=ubuntu\nVERSION_ID="24.04"\n'

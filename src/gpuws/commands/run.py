@@ -40,11 +40,15 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="builtin:NAME[?k=v&...], file:PATH or cmd:COMMAND")
     p.add_argument("--tiers", default="1,2,3", help="comma-separated tiers (default 1,2,3)")
     t1 = p.add_argument_group("Tier 1 (CUDA events)")
-    t1.add_argument("--target-ci", type=float, default=0.01,
-                    help="stop when the median's 95%% CI half-width is below this (0.01 = 1%%)")
+    t1.add_argument("--target-ci", default="0.01",
+                    help="stop Tier 1 when the median's 95%% CI is within ± this of it: 1%% "
+                         "(or the share 0.01, the default)")
     t1.add_argument("--max-seconds", type=float, default=10.0, help="time budget for sampling")
-    t1.add_argument("--min-samples", type=int, default=10)
-    t1.add_argument("--warmup", type=int, default=5)
+    t1.add_argument("--min-samples", type=int, default=10,
+                    help="Tier 1 takes at least this many samples before the CI target may "
+                         "stop it (default 10)")
+    t1.add_argument("--warmup", type=int, default=5,
+                    help="untimed calls before Tier 1 starts timing (default 5)")
     mode = t1.add_mutually_exclusive_group()
     mode.add_argument("--cold", dest="timing", action="store_const", const="cold",
                       default="auto",
@@ -55,15 +59,20 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                            "(default for calls < 10 us, which are batched)")
     t3 = p.add_argument_group("Tier 3 (Nsight Compute)")
     t3.add_argument("--kernel-regex", "-k", help="kernels to profile (default: Tier 2's top)")
-    t3.add_argument("--launch-skip", type=int, default=0)
-    t3.add_argument("--launch-count", type=int, default=1)
+    t3.add_argument("--launch-skip", type=int, default=0,
+                    help="matching kernel launches ncu skips before profiling (default 0)")
+    t3.add_argument("--launch-count", type=int, default=1,
+                    help="matching kernel launches ncu profiles (default 1)")
     t3.add_argument("--ncu-set", help="a section set from `ncu --list-sets` instead of the "
                                       "focused default")
     t3.add_argument("--ncu-sections", help="comma-separated section identifiers")
-    t3.add_argument("--replay-mode", choices=["kernel", "application", "range", "app-range"])
+    t3.add_argument("--replay-mode", choices=["kernel", "application", "range", "app-range"],
+                    help="ncu's --replay-mode (default: ncu's own)")
     t3.add_argument("--clock-control", choices=["none", "base"], default="none",
                     help="none (default) keeps the clocks Tier 1 saw")
-    t3.add_argument("--cache-control", choices=["all", "none"], default="all")
+    t3.add_argument("--cache-control", choices=["all", "none"], default="all",
+                    help="ncu's --cache-control: all (default) flushes caches between passes, "
+                         "none keeps them")
     t3.add_argument("--ncu", dest="ncu_path", help="use this ncu instead of the selected one")
     p.add_argument("--profile-iters", type=int, default=10,
                    help="workload calls per profiled process (Tier 2/3)")

@@ -58,6 +58,12 @@ LOCK_NAME = ".gpuws-pull.lock"
 #: Bytes handed to the writer thread and not yet on disk: the bound on a pull's memory
 #: when the disk is slower than the link.
 WRITE_AHEAD = 32 << 20
+#: Dirty bytes after which the writer starts their writeback without waiting for it
+#: (``posix_fadvise(DONTNEED)`` on Linux): the fsync after the last byte then has little
+#: left to do. Without it that fsync took 0.12-0.21 s of a 256 MiB pull here; with it,
+#: 0.01-0.04 s.
+FLUSH_EVERY = 8 << 20
+_FADVISE = getattr(os, "posix_fadvise", None)
 _PART = ".part"
 _CHUNK = 1 << 20
 #: Characters refused in names: controls (C0, DEL, C1: terminal escapes, forged lines)
@@ -263,6 +269,7 @@ class _Writer:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuws-pull")
         self._pending: deque[tuple[asyncio.Future[None], int]] = deque()
         self._queued = 0
+        self._flushed = 0  # file offset up to which writeback was started
 
     async def hash_prefix(self, length: int) -> int:
         """Hash the first ``length`` bytes already in the file (a resumed ``.part``)."""
@@ -277,6 +284,7 @@ class _Writer:
                 break
             self.digest.update(chunk)
             done += len(chunk)
+        self._flushed = done
         return done
 
     async def put(self, chunk: bytes) -> None:
@@ -293,6 +301,11 @@ class _Writer:
         while view:
             view = view[os.write(self.fd, view):]
         self.digest.update(chunk)
+        if _FADVISE is not None:
+            end = os.lseek(self.fd, 0, os.SEEK_CUR)
+            if end - self._flushed >= FLUSH_EVERY:
+                _FADVISE(self.fd, self._flushed, end - self._flushed, os.POSIX_FADV_DONTNEED)
+                self._flushed = end
 
     async def finish(self) -> None:
         """Wait for every write, then fsync (the rename that follows must not outlive it)."""
@@ -344,10 +357,10 @@ async def _fetch(client: AgentClient, store: Store, session_id: str, art: Artifa
         if offset > art.size:  # a stale .part from a different file: start again
             os.ftruncate(fd, 0)
             offset = 0
-        os.lseek(fd, offset, os.SEEK_SET)
-        resumed = offset
         if offset:
             offset = await writer.hash_prefix(offset)
+        resumed = offset
+        os.lseek(fd, offset, os.SEEK_SET)
         if offset < art.size:
             stream = client.transport.read_file(art.remote_path, offset, client.agent_argv())
             try:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .app import GpuwsApp, Start, StartConnect, StartHome, StartReplay
 from ..live.link import Target
 from ..live.storeio import StoreHandle
+from .app import GpuwsApp, Start, StartConnect, StartHome, StartReplay
 
 
 def make_app(start: Start, *, ssh_config: str | None = None) -> GpuwsApp:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from textual.message import Message
 
 from .. import protocol
+from ..live.link import Link
 from ..sessions.cost import Economics
 from ..sessions.store import ArtifactRow, RunRow
 from .hosts import HostEntry, SessionSummary
-from ..live.link import Link
 from .results import RunResults
 
 

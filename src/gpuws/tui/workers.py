@@ -141,8 +141,10 @@ async def attach(app: GpuwsApp, run_id: str) -> None:
     """Follow a run from after the last event stored, and show it."""
     link = _link(app)
     if run_id not in link.following:
-        await app.engine.attach(run_id)
-        app.notify(f"attached to {visible(run_id, 80)}", timeout=5, markup=False)
+        from_seq = await app.store.call(lambda s: s.last_seq(run_id)) + 1
+        await app.engine.attach(run_id, from_seq=from_seq)
+        app.notify(f"attached to {visible(run_id, 80)} from event {from_seq}", timeout=5,
+                   markup=False)
     if not app.run_screens.get(run_id):
         app.open_run_screen(run_id, live=True)
 

@@ -15,8 +15,8 @@ from textual.timer import Timer
 from textual.widgets import Label, Log, TabbedContent, TabPane
 
 from ... import protocol
-from .. import fmt
 from ...live.model import LogLine, RunModel
+from .. import fmt
 from .banner import DiagnosisBanner
 from .kernel_table import KernelTablePane, kernel_table_caption
 from .metrics_table import MetricsTable

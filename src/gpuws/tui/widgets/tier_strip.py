@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from ..fmt import duration
 from ...live.model import TIER_NAMES, RunModel, TierState
+from ..fmt import duration
 from .quiet import QuietStatic
 
 #: Icon and style of each tier status.

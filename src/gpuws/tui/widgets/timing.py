@@ -7,8 +7,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Sparkline, Static
 
-from .. import fmt
 from ...live.model import RunModel
+from .. import fmt
 from .histogram import Histogram
 
 #: Samples the sparkline shows (the latest ones).
