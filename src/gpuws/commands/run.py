@@ -131,7 +131,10 @@ class Printer:
             self.show(ev)
 
     def notice(self, notice: Notice) -> None:
-        """The engine's ``on_notice``: one line on stderr."""
+        """The engine's ``on_notice``: one line on stderr (pulls are printed on their own;
+        housekeeping such as ending an orphaned session is not a script's business)."""
+        if notice.severity == "information" and notice.kind != "reconnected":
+            return
         style = {"error": "red", "warning": "yellow"}.get(notice.severity, "dim")
         self.err.print(Text(f"gpuws: {notice.message}", style=style))
 
