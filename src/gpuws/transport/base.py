@@ -124,6 +124,13 @@ def shell_command(argv: Sequence[str]) -> str:
     fish and csh keep as it is), and ``sh`` turns it back into the command with
     ``printf`` and runs it with ``eval``. Tested with real sshd sessions under each shell.
     """
+    if any("\0" in arg for arg in argv):
+        # No argv can hold a NUL (and sshd drops an exec request with one): refuse it
+        # here, clearly, rather than let printf's octal escape cut the argument short.
+        from ..errors import UsageError
+
+        raise UsageError("an argument of a remote command holds a NUL byte, which no "
+                         "command line can carry", remedy="remove the NUL from the argument")
     script = shlex.join(argv)
     encoded = "".join(c if c in _PLAIN else "".join(f"\\{b:03o}" for b in c.encode())
                       for c in script)
