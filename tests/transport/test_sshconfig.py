@@ -195,6 +195,9 @@ def test_bad_inputs_are_config_errors(tmp_path: Path) -> None:
         parse_destination("host:ssh")
     with pytest.raises(ConfigError, match="not a host name"):
         parse_destination("-oProxyCommand=x")
+    for name in ("po\x00d", "pod\n", "a\x1b[2Jb"):
+        with pytest.raises(ConfigError, match="control characters"):
+            resolve(name)
     with pytest.raises(ConfigError, match="does not exist"):
         resolve("pod", str(tmp_path / "missing"))
 

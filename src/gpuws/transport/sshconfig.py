@@ -140,6 +140,11 @@ def parse_destination(text: str) -> tuple[str | None, str, int | None]:
         host = text
     if not host:
         raise ConfigError(f"no host in {text!r}", remedy="use an ssh alias or user@host[:port]")
+    if any(ord(c) < 32 or c == "\x7f" for c in text):
+        # No resolver takes such a name, and ssh -G could not even be given it (a NUL
+        # cannot be in an argv): one clear line instead.
+        raise ConfigError(f"{text!r} holds control characters: not a host name",
+                          title="Unknown host", remedy="use an ssh alias or user@host[:port]")
     if host.startswith("-"):
         raise ConfigError(f"{host!r} is not a host name", remedy="use an ssh alias or "
                                                                   "user@host[:port]")
@@ -204,8 +209,9 @@ def ssh_g(binary: str, host: str, config_file: str | None = None, port: int | No
     except subprocess.TimeoutExpired as exc:
         raise ConfigError(f"`ssh -G {host}` did not finish within {SSH_G_TIMEOUT:.0f} s",
                           remedy="check `Match exec` commands in your ssh config") from exc
-    except OSError as exc:
-        raise ConfigError(f"cannot run {binary}: {exc.strerror}") from exc
+    except (OSError, ValueError) as exc:  # ValueError: an argument holding a NUL
+        raise ConfigError(f"cannot run {binary} -G for {host!r}: "
+                          f"{getattr(exc, 'strerror', None) or exc}") from exc
     if out.returncode != 0:
         said = [line for line in out.stderr.decode("utf-8", "replace").splitlines()
                 if line.strip() and not line.startswith("Pseudo-terminal")]
