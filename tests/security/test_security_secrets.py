@@ -95,7 +95,7 @@ def test_nothing_secret_is_written_and_everything_is_private(
     cfg = config(server, tmp_path / "c2", f"  IdentityAgent {sock}\n")
     workload = ("cmd:echo authenticated-run; printf 'result' > $GPUWS_ARTIFACT_DIR/out.txt; "
                 "env | sort > $GPUWS_ARTIFACT_DIR/env.txt")
-    assert main(["run", "pod", "-F", str(cfg), "-w", workload, "--tiers", "0",
+    assert main(["run", "pod", "-F", str(cfg), "-w", workload,
                  "--rate", "3.5"]) == 0
     assert main(["sessions", "--json"]) == 0
     printed = capsys.readouterr()
