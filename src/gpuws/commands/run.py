@@ -114,9 +114,13 @@ class Printer:
         self._last_progress = ""
         self._printed: dict[str, int] = {}
         self._refused: set[tuple[str, int]] = set()
+        #: Set once a detached run's id is printed: stdout ends with it.
+        self.muted = False
 
     def batch(self, batch: Batch) -> None:
         """The engine's ``on_batch``: print each event not printed before."""
+        if self.muted:
+            return
         for ev in batch.events:
             run_id, seq = ev.run_id, ev.seq
             if run_id is not None and seq is not None:
@@ -387,6 +391,8 @@ async def run(args: argparse.Namespace) -> int:
             console(stderr=True).print(Text(f"started {info.run_id}; follow it with "
                                             f"`gpuws attach {visible(args.host)} "
                                             f"{info.run_id}`"))
+            # The id is the last line on stdout (scripts read it): nothing printed after.
+            printer.muted = True
             if not args.json:
                 sys.stdout.write(info.run_id + "\n")
             return 0

@@ -67,7 +67,9 @@ BAD_SAMPLES = 5
 REFUSAL_PREFIX = REFUSAL_MARK.decode() + ": "
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: What a run id looks like (the agent's own rule, remote_agent/runs.py RUN_ID_RE).
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_RUN_ID = RUN_ID_PATTERN
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 

@@ -28,11 +28,12 @@ from typing import Any, Literal
 from .. import protocol
 from ..client import AgentClient
 from ..config import load_config
-from ..errors import ConnectError, GpuwsError, ProtocolError, StoreError
+from ..errors import ConnectError, GpuwsError, ProtocolError, StoreError, UsageError
 from ..sessions.artifacts import Progress, PullResult, pull_run
 from ..sessions.cost import resolve_budget, resolve_rate
 from ..sessions.store import Store
 from ..textsafe import visible
+from .boundary import RUN_ID_PATTERN as _RUN_ID
 from .boundary import Boundary
 from .feed import Batch, EventFeed
 from .lease import SessionLease, close_orphans
@@ -299,6 +300,10 @@ class Engine:
             StoreError: the run was recorded from another host.
         """
         link = self._require_link()
+        if not _RUN_ID.match(run_id):
+            raise UsageError(f"{visible(run_id, 80)} is not a run id",
+                             remedy="`gpuws runs HOST` lists the pod's runs, "
+                                    "`gpuws history` the stored ones")
 
         def read(s: Store) -> tuple[int, list[protocol.Events], str | None]:
             try:
