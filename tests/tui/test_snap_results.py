@@ -56,7 +56,9 @@ def results(run_id: str, tab: str) -> Callable[[Pilot[Any]], Awaitable[None]]:
                 break
             await pilot.pause(0.05)
         screen.query_one(TabbedContent).active = tab
-        await pilot.pause(0.3)
+        # Under a loaded machine 0.3 s was sometimes too short for the tab to settle.
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause(0.6)
 
     return run_before
 
