@@ -87,7 +87,9 @@ def num(value: float | None, unit: str = "", digits: int = 0) -> str:
 
 def when(ts: float | None) -> str:
     """A local date and time, to the minute."""
-    return DASH if ts is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+    if ts is None or not 0 <= ts < 4e9:  # a pod's word: nothing before 1970 or after 2096
+        return DASH
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 
 def metric(key: str, value: float | None) -> str:

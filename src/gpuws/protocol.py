@@ -81,6 +81,11 @@ class RunSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     install_cupy: bool = False
     #: Launches of the workload per profiled process (Tier 2 and Tier 3).
     profile_iters: int = 10
+    #: The GPU to run on, as the person typed it: an index (``"1"``) or a UUID
+    #: (``"GPU-…"``). None: whatever CUDA picks first. The agent resolves it to one GPU
+    #: and pins every tier to it (``CUDA_VISIBLE_DEVICES`` for the workload, ncu's
+    #: ``--devices`` to match); :attr:`RunStarted.gpu` says which it was.
+    gpu: str | None = None
 
     def timing_mode(self) -> str:
         """Tier 1's mode: ``timing``, or what a spec stored before it meant."""
@@ -120,6 +125,13 @@ class NcuPlanReq(Request, kw_only=True, tag="ncu_plan"):
     install: bool = False
 
 
+class NsysPlanReq(Request, kw_only=True, tag="nsys_plan"):
+    """Ask which nsys the pod has, or how to install one; with ``install`` run the plan
+    (only after the person confirmed it) and verify it with a smoke profile."""
+
+    install: bool = False
+
+
 class StatFile(Request, kw_only=True, tag="stat_file"):
     """Size and sha256 of a file under the agent's run directories."""
 
@@ -132,7 +144,7 @@ class Shutdown(Request, kw_only=True, tag="shutdown"):
 
 Requests = (
     Ping | ProbeReq | StartRun | Attach | Cancel | ListRuns | TelemetryReq | NcuPlanReq
-    | StatFile | Shutdown
+    | NsysPlanReq | StatFile | Shutdown
 )
 
 
@@ -173,6 +185,14 @@ class Log(Event, kw_only=True, tag="log"):
 
 
 # -- probe
+class GpuProcess(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A process holding a GPU context (NVML's compute/graphics process lists)."""
+
+    pid: int
+    name: str = ""
+    used_mib: float | None = None
+
+
 class Gpu(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     index: int
     name: str
@@ -185,6 +205,17 @@ class Gpu(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     pci_bus_id: str | None = None
     sm_count: int | None = None
     l2_bytes: int | None = None
+    mem_clock_mhz: float | None = None
+    mem_clock_max_mhz: float | None = None
+    util_pct: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temp_c: float | None = None
+    #: Active clock-event (throttle) reasons by name (``sw_power_cap``, ``hw_slowdown``,
+    #: ``sw_thermal``, …; ``gpu_idle`` is one too); empty when none or not readable.
+    clock_events: list[str] = msgspec.field(default_factory=list)
+    #: Who uses the GPU now (other than the agent); None when it could not be read.
+    processes: list[GpuProcess] | None = None
 
 
 class ToolInstall(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -208,6 +239,28 @@ class PyPackage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     version: str | None = None
     cuda: str | None = None
     error: str | None = None
+
+
+class PythonCandidate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One interpreter the agent looked at when choosing the workloads' Python."""
+
+    path: str
+    version: str | None = None
+    #: Packages found there, each as ``name version`` (torch, cupy).
+    packages: list[str] = msgspec.field(default_factory=list)
+    error: str | None = None
+
+
+class PythonChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Which Python runs the workloads on the pod, and why."""
+
+    path: str
+    version: str | None = None
+    #: ``--python``, ``login`` (the login PATH's python3 has what is needed), ``found``
+    #: (another interpreter had it), or ``fallback`` (none had it: the login python3).
+    how: str
+    reason: str
+    candidates: list[PythonCandidate] = msgspec.field(default_factory=list)
 
 
 class Probe(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -237,6 +290,8 @@ class Probe(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     nsys: list[ToolInstall] = msgspec.field(default_factory=list)
     counters: Counters = msgspec.field(default_factory=Counters)
     probe_s: float = 0.0
+    #: The interpreter workloads run under (None from agents before this field).
+    python_choice: PythonChoice | None = None
 
 
 class ProbeResult(Event, kw_only=True, tag="probe_result"):
@@ -285,11 +340,22 @@ class RunList(Event, kw_only=True, tag="run_list"):
     runs: list[RunInfo]
 
 
+class GpuTarget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The GPU a run was pinned to, resolved by the agent from :attr:`RunSpec.gpu`."""
+
+    index: int
+    uuid: str | None = None
+    name: str = ""
+    #: Other processes on that GPU when the run started (a busy GPU skews every figure).
+    busy: list[GpuProcess] = msgspec.field(default_factory=list)
+
+
 class RunStarted(Event, kw_only=True, tag="run_started"):
     spec: RunSpec
     run_dir: str
     pid: int
     hostname: str = ""
+    gpu: GpuTarget | None = None
 
 
 class TierStarted(Event, kw_only=True, tag="tier_started"):
@@ -311,6 +377,9 @@ class Output(Event, kw_only=True, tag="output"):
     stream: Literal["stdout", "stderr"]
     text: str
     tier: int | None = None
+    #: The next Output of the same stream continues this line (a long line is cut in
+    #: pieces of at most 16 KiB on the pod, on a character boundary).
+    cont: bool = False
 
 
 class Samples(Event, kw_only=True, tag="samples"):
@@ -334,6 +403,25 @@ class TimingStats(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ci_rel_halfwidth: float
 
 
+class ClockRange(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The clocks, power and temperature of the GPU while Tier 1 sampled (NVML)."""
+
+    samples: int
+    sm_mhz_min: float | None = None
+    sm_mhz_median: float | None = None
+    sm_mhz_max: float | None = None
+    #: The GPU's highest SM clock (its boost ceiling), for cycle-space comparisons.
+    sm_mhz_ceiling: float | None = None
+    mem_mhz_min: float | None = None
+    mem_mhz_max: float | None = None
+    power_w_max: float | None = None
+    power_limit_w: float | None = None
+    temp_c_max: float | None = None
+    #: Every clock-event reason seen while sampling, by name (``gpu_idle`` excluded).
+    clock_events: list[str] = msgspec.field(default_factory=list)
+    source: str = "nvml"
+
+
 class Tier1Result(Event, kw_only=True, tag="tier1_result"):
     stats: TimingStats
     mode: Literal["cold", "hot"]
@@ -355,6 +443,8 @@ class Tier1Result(Event, kw_only=True, tag="tier1_result"):
     requested_mode: str | None = None
     l2_flush_method: str | None = None
     cold_gap_ms: float | None = None
+    #: The clocks behind the figure (None: not readable, or an agent before this field).
+    clocks: ClockRange | None = None
 
 
 class KernelRow(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -441,6 +531,20 @@ class Artifact(Event, kw_only=True, tag="artifact"):
     kind: str = "file"
 
 
+class NsysPlan(Event, kw_only=True, tag="nsys_plan"):
+    """Which nsys the pod has, or how one would be installed (nothing runs unasked)."""
+
+    installs: list[ToolInstall]
+    selected: str | None = None
+    selected_version: str | None = None
+    reason: str = ""
+    install_plan: list[list[str]] | None = None
+    install_how: str = ""
+    install_target: str | None = None
+    installed: bool = False
+    verified: str | None = None
+
+
 class RunFinished(Event, kw_only=True, tag="run_finished"):
     status: Literal["ok", "failed", "cancelled"]
     wall_s: float
@@ -455,6 +559,8 @@ class GpuSample(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sm_clock_mhz: float | None = None
     power_w: float | None = None
     temp_c: float | None = None
+    mem_clock_mhz: float | None = None
+    clock_events: list[str] = msgspec.field(default_factory=list)
 
 
 class Telemetry(Event, kw_only=True, tag="telemetry"):
@@ -462,8 +568,8 @@ class Telemetry(Event, kw_only=True, tag="telemetry"):
 
 
 Events = (
-    Hello | Pong | Error | Log | ProbeResult | NcuPlan | StatResult | RunList | RunStarted
-    | TierStarted | TierFinished | Output | Samples | Tier1Result | KernelTable
+    Hello | Pong | Error | Log | ProbeResult | NcuPlan | NsysPlan | StatResult | RunList
+    | RunStarted | TierStarted | TierFinished | Output | Samples | Tier1Result | KernelTable
     | NcuProgress | KernelMetrics | RuleFindings | StaticAnalysis | Diagnosis | Artifact
     | RunFinished | Telemetry
 )

@@ -228,7 +228,7 @@ def test_lies_are_refused_and_honest_events_kept(capsys: pytest.CaptureFixture[s
     assert len(refused_logs) == 2 + 6 + 1  # ts, long string; six names; /dev/zero
     said = " | ".join(n.message for n in notices if n.kind == "refused")
     for words in ("which this connection did not start or attach", "seq 9223372036854775808",
-                  "not a time near now", "characters (limit", "not a normalised path",
+                  "not a time near now", "characters (limit", "the name has a '..' component",
                   "not a protocol event"):
         assert words in said, words  # each class said once, with its cause
     assert any(n.kind == "conflict" for n in notices)

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from .. import protocol, runspec
 from ..errors import ConnectError, RunError, StoreError, UsageError
-from ..live.boundary import is_refusal
+from ..live.boundary import SeqGate
 from ..live.engine import Engine, Notice
 from ..live.feed import Batch
 from ..live.link import Target
@@ -112,8 +112,7 @@ class Printer:
         self.err = console(stderr=True, markup=False)
         self.samples = 0
         self._last_progress = ""
-        self._printed: dict[str, int] = {}
-        self._refused: set[tuple[str, int]] = set()
+        self._gates: dict[str, SeqGate] = {}
         #: Set once a detached run's id is printed: stdout ends with it.
         self.muted = False
 
@@ -122,16 +121,10 @@ class Printer:
         if self.muted:
             return
         for ev in batch.events:
-            run_id, seq = ev.run_id, ev.seq
-            if run_id is not None and seq is not None:
-                if seq <= self._printed.get(run_id, -1):
-                    # Printed already, unless that was a refusal this event replaces.
-                    if (run_id, seq) not in self._refused or is_refusal(ev):
-                        continue
-                    self._refused.discard((run_id, seq))
-                elif is_refusal(ev):
-                    self._refused.add((run_id, seq))
-                self._printed[run_id] = max(seq, self._printed.get(run_id, -1))
+            if ev.run_id is not None and ev.seq is not None:
+                gate = self._gates.setdefault(ev.run_id, SeqGate())
+                if not gate.admit(ev):
+                    continue
             self.show(ev)
 
     def notice(self, notice: Notice) -> None:

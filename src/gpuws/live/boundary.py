@@ -35,6 +35,7 @@ from typing import Any
 import msgspec
 
 from .. import protocol
+from ..sessions.artifacts import name_problem
 from ..sessions.store import REFUSAL_MARK
 from ..textsafe import visible
 
@@ -70,7 +71,6 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 #: What a run id looks like (the agent's own rule, remote_agent/runs.py RUN_ID_RE).
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _RUN_ID = RUN_ID_PATTERN
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 class Refused(Exception):
@@ -258,8 +258,11 @@ def _walk(value: Any, depth: int) -> None:
     elif isinstance(value, list):
         if len(value) > MAX_LIST:
             raise Refused("bounds", f"a list of {len(value)} items (limit {MAX_LIST})")
-        if value and all(type(v) is float for v in value[:8]) and _finite_floats(value):
-            return  # the common case (Tier-1 samples): one C-level sum, no per-item walk
+        if value and set(map(type, value)) == {float} and math.isfinite(sum(value)):
+            # The common case (Tier-1 samples): all floats, and a finite sum proves none is
+            # NaN or infinite; both checks run in C. (A sum that overflows to inf from
+            # finite values falls through to the walk below.)
+            return
         for item in value:
             _walk(item, depth + 1)
     elif isinstance(value, dict):
@@ -273,43 +276,9 @@ def _walk(value: Any, depth: int) -> None:
             _walk(getattr(value, name), depth + 1)
 
 
-def _finite_floats(values: list[Any]) -> bool:
-    """True when every item is a finite float (checked by one sum; exact when it says so)."""
-    try:
-        total = sum(values)
-    except TypeError:
-        return False
-    # A NaN or an infinity anywhere makes the sum non-finite; a finite sum proves none is.
-    # (An overflow of finite values also gives inf: the caller then walks item by item.)
-    return isinstance(total, float) and math.isfinite(total) and all(
-        type(v) is float for v in values)
-
-
-def check_artifact_name(name: str) -> str | None:
-    """Why ``name`` is not a safe artifact name, or None if it is.
-
-    Safe: a relative POSIX path, already normalised, with no ``..`` or ``.``
-    component, no empty component, no control or reordering characters, no ``.part``
-    ending (the laptop's own partial files), at most 255 bytes a component.
-    """
-    if not name or len(name) > 1024:
-        return "empty or over 1024 characters"
-    if _CONTROL.search(name):
-        return "it contains control characters"
-    if name.startswith("/") or "\\" in name:
-        return "it is not a relative path"
-    parts = name.split("/")
-    if any(p in ("", ".", "..") for p in parts) or posixpath.normpath(name) != name:
-        return "it is not a normalised path inside the run's artifact directory"
-    if any(len(p.encode("utf-8", "surrogatepass")) > 255 for p in parts):
-        return "a path component is longer than 255 bytes"
-    if name.endswith(".part"):
-        return "names ending in .part are reserved for partial downloads"
-    return None
-
-
 def _check_artifact(ev: protocol.Artifact, run_dir: str | None) -> None:
-    why = check_artifact_name(ev.name)
+    # The same rule the pull applies before writing (one rule for names on the laptop).
+    why = name_problem(ev.name)
     if why is not None:
         raise Refused("artifact", f"artifact name {visible(ev.name, 120)!s}: {why}")
     if not 0 <= ev.size <= MAX_ARTIFACT_BYTES:
@@ -329,3 +298,29 @@ def _check_artifact(ev: protocol.Artifact, run_dir: str | None) -> None:
 def is_refusal(ev: protocol.Events) -> bool:
     """Whether ``ev`` stands in for a refused event (a later event may take its seq)."""
     return isinstance(ev, protocol.Log) and ev.message.startswith(REFUSAL_PREFIX)
+
+
+@dataclass
+class SeqGate:
+    """Lets each event of one run through once, in ``seq`` order, however often it arrives.
+
+    A repeat (a backfill from the store, then the live stream; a resend after an attach)
+    is held back, except the event that replaces a stand-in for a refused forgery: the
+    store kept it, so whoever shows the run must show it too.
+    """
+
+    last: int = -1
+    _stand_ins: set[int] = field(default_factory=set)
+
+    def admit(self, ev: protocol.Events) -> bool:
+        """Whether to show ``ev`` (an event of this gate's run with a ``seq``)."""
+        seq = ev.seq
+        assert seq is not None
+        if seq <= self.last:
+            if seq not in self._stand_ins or is_refusal(ev):
+                return False
+            self._stand_ins.discard(seq)
+        elif is_refusal(ev):
+            self._stand_ins.add(seq)
+        self.last = max(self.last, seq)
+        return True

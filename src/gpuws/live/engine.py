@@ -534,13 +534,12 @@ class Engine:
 
 def _lost_reason(client: AgentClient) -> str:
     """Why the link closed, in words: the transport's verdict, else the agent's last words."""
-    reason = getattr(client.transport, "lost_reason", None)
-    if isinstance(reason, str) and reason:
+    reason = client.transport.lost_reason
+    if reason:
         return visible(reason, 300)
     if client.stderr_tail:
         return "agent said: " + visible(client.stderr_tail[-1], 300)
     return "the connection closed"
-
 
 
 def _last_seq(run_id: str) -> Callable[[Store], int]:

@@ -164,6 +164,9 @@ async def _resolve_ssh(transport: Transport) -> str:
     where = f"{t.user}@{t.hostname}:{t.port}"
     if t.proxy_jump:
         return f"{where} via {t.proxy_jump}"  # the jump host resolves the name
+    if t.proxy_command:
+        # The command reaches the pod its own way; the name may not resolve here at all.
+        return f"{where} via ProxyCommand"
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(t.hostname, t.port)
     except OSError as exc:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .. import protocol
 from ..remote_agent.stats import median_ci_ranks, percentile
-from .boundary import is_refusal
+from .boundary import SeqGate
 
 #: Parts of the model an event can change; panes redraw only the parts that changed.
 Part = str
@@ -78,9 +78,8 @@ class RunModel:
     hostname: str = ""
     started: float | None = None
     last_ts: float | None = None
-    last_seq: int = -1
-    #: Seqs shown as a refusal so far (the real event may still arrive and replace it).
-    refused_seqs: set[int] = field(default_factory=set)
+    #: Which events were folded in already (each once, however often it arrives).
+    seqs: SeqGate = field(default_factory=SeqGate)
     tiers: dict[int, TierState] = field(default_factory=dict)
     samples: list[float] = field(default_factory=list)
     _sorted: list[float] = field(default_factory=list)
@@ -96,6 +95,11 @@ class RunModel:
     finished: protocol.RunFinished | None = None
     event_count: int = 0
 
+    @property
+    def last_seq(self) -> int:
+        """The highest ``seq`` folded in so far (-1 before any)."""
+        return self.seqs.last
+
     def apply(self, events: list[protocol.Events]) -> tuple[set[Part], list[LogLine]]:
         """Fold events into the snapshot.
 
@@ -105,17 +109,8 @@ class RunModel:
         changed: set[Part] = set()
         lines: list[LogLine] = []
         for ev in events:
-            if ev.run_id != self.run_id or ev.seq is None:
+            if ev.run_id != self.run_id or ev.seq is None or not self.seqs.admit(ev):
                 continue
-            if ev.seq <= self.last_seq:
-                # Seen already, unless what was seen only stood in for a refused forgery
-                # and this is the event the pod really numbered so (the store kept it).
-                if ev.seq not in self.refused_seqs or is_refusal(ev):
-                    continue
-                self.refused_seqs.discard(ev.seq)
-            elif is_refusal(ev):
-                self.refused_seqs.add(ev.seq)
-            self.last_seq = max(self.last_seq, ev.seq)
             self.last_ts = ev.ts
             self.event_count += 1
             changed.add(self._fold(ev, lines))

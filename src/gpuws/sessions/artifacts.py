@@ -56,6 +56,8 @@ MAX_ARTIFACT_BYTES = 8 << 30
 LOCK_WAIT_S = 600.0
 #: The lock file in each run's artifact directory (an artifact of this name is refused).
 LOCK_NAME = ".gpuws-pull.lock"
+#: Longest artifact name taken (UTF-8 bytes): the pod's worker announces none longer.
+MAX_NAME_BYTES = 1024
 #: Bytes handed to the writer thread and not yet on disk: the bound on a pull's memory
 #: when the disk is slower than the link.
 WRITE_AHEAD = 32 << 20
@@ -108,8 +110,8 @@ def name_problem(name: str) -> str | None:
         return "the name is empty"
     if any(unicodedata.category(c) in _REFUSED_CATEGORIES for c in name):
         return "the name contains control characters"
-    if len(name.encode("utf-8")) > 4096:
-        return "the name is longer than 4096 bytes"
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return f"the name is longer than {MAX_NAME_BYTES} bytes"
     if name.startswith("/"):
         return "the name is absolute"
     if "\\" in name:
@@ -119,7 +121,7 @@ def name_problem(name: str) -> str | None:
         return "the name has a '..' component"
     if any(part in ("", ".") for part in parts):
         return "the name is not normalised (an empty or '.' component)"
-    if any(len(part.encode("utf-8")) > 255 for part in parts):
+    if any(len(part.encode("utf-8", "surrogatepass")) > 255 for part in parts):
         return "a component of the name is longer than 255 bytes"
     if name.endswith(_PART):
         return f"names ending in {_PART} are gpuws's unfinished downloads"

@@ -31,6 +31,7 @@ from ..live.storeio import StoreHandle
 from ..live.telemetry import TelemetryHistory
 from ..locations import gpuws_home
 from ..sessions.cost import Economics
+from ..textsafe import visible
 from . import workers
 from .commands import ActionsProvider
 from .messages import (
@@ -212,7 +213,7 @@ class GpuwsApp(App[int]):
             run_id = notice.run_id
             names = [] if notice.kind == "pull_failed" else [notice.message]
             error = notice.message if notice.kind == "pull_failed" else None
-            self._post_all(ArtifactsScreen, lambda: PullDone(run_id, names, error))
+            self.post_to_screens(ArtifactsScreen, lambda: PullDone(run_id, names, error))
         title = {"pulled": "Artifacts home", "refused": "Refused from the pod"}.get(
             notice.kind, "")
         self.notify(notice.message, title=title, severity=notice.severity, markup=False,
@@ -222,7 +223,7 @@ class GpuwsApp(App[int]):
         from .screens.artifacts import ArtifactsScreen
 
         run_id = self.last_run_id or ""
-        self._post_all(ArtifactsScreen, lambda: PullProgress(run_id, name, done, total))
+        self.post_to_screens(ArtifactsScreen, lambda: PullProgress(run_id, name, done, total))
 
     def _deliver(self, batch: Batch) -> None:
         by_run: dict[str, tuple[list[protocol.Events], list[float]]] = {}
@@ -232,8 +233,10 @@ class GpuwsApp(App[int]):
                 events.append(ev)
                 times.append(arrived)
             elif isinstance(ev, protocol.Diagnosis):
-                self.notify(f"{ev.cause}\n→ " + "\n→ ".join(ev.remedies), title=ev.title,
-                            severity="warning", timeout=15)
+                # Pod text: each piece made visible on its own, never read as markup.
+                lines = [visible(ev.cause), *(f"→ {visible(r)}" for r in ev.remedies)]
+                self.notify("\n".join(lines), title=visible(ev.title), severity="warning",
+                            timeout=15, markup=False)
         for run_id, (events, times) in by_run.items():
             self._run_bookkeeping(run_id, events)
             for screen in self.run_screens.get(run_id, []):
@@ -272,7 +275,8 @@ class GpuwsApp(App[int]):
         if screen is not None:
             screen.post_message(message)
 
-    def _post_all(self, kind: type[Screen[Any]], make: Callable[[], Any]) -> None:
+    def post_to_screens(self, kind: type[Screen[Any]], make: Callable[[], Any]) -> None:
+        """Post a fresh message from ``make`` to every open screen of ``kind``."""
         for screen in self.screen_stack:
             if isinstance(screen, kind):
                 screen.post_message(make())

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from textual.message import Message
 from textual.screen import Screen
 
 from .. import protocol
@@ -85,7 +83,8 @@ async def install_ncu(app: GpuwsApp) -> None:
     plan = await link.client.ncu_plan(install=True)
     app.post_message(NcuPlanReady(plan))
     if plan.selected:
-        app.notify(f"ncu {plan.selected_version} is ready: {plan.verified or plan.selected}")
+        app.notify(visible(f"ncu {plan.selected_version} is ready: "
+                           f"{plan.verified or plan.selected}"), markup=False)
 
 
 async def open_launcher(app: GpuwsApp) -> None:
@@ -159,15 +158,15 @@ async def pull(app: GpuwsApp, run_id: str, quiet: bool) -> None:
         return
 
     def progress(name: str, done: int, total: int) -> None:
-        _post_to_screens(app, ArtifactsScreen, lambda: PullProgress(run_id, name, done, total))
+        app.post_to_screens(ArtifactsScreen, lambda: PullProgress(run_id, name, done, total))
 
     try:
         results = await app.engine.pull(run_id, progress)
     except GpuwsError as exc:
         message = exc.message
-        _post_to_screens(app, ArtifactsScreen, lambda: PullDone(run_id, [], message))
+        app.post_to_screens(ArtifactsScreen, lambda: PullDone(run_id, [], message))
         raise
-    _post_to_screens(app, ArtifactsScreen,
+    app.post_to_screens(ArtifactsScreen,
                      lambda: PullDone(run_id, [r.name for r in results]))
     if results:
         names = ", ".join(f"{visible(r.name, 200)} → {r.local_path}" for r in results)
@@ -180,7 +179,7 @@ async def export(app: GpuwsApp, session_id: str) -> None:
     path = app.exports_dir() / f"gpuws-session-{session_id}.md"
     await asyncio.to_thread(_write_atomic, path, text)
     app.notify(f"{path} ({len(text)} bytes)", title="Session exported", timeout=15)
-    _post_to_screens(app, SessionsScreen, lambda: Exported(session_id, str(path), len(text)))
+    app.post_to_screens(SessionsScreen, lambda: Exported(session_id, str(path), len(text)))
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -285,11 +284,4 @@ def _link(app: GpuwsApp) -> Link:
         raise GpuwsError("not connected to a pod", title="Not connected",
                          remedy="connect first (R on the dashboard reconnects)")
     return app.link
-
-
-def _post_to_screens(app: GpuwsApp, kind: type[Screen[Any]],
-                     make: Callable[[], Message]) -> None:
-    for screen in app.screen_stack:
-        if isinstance(screen, kind):
-            screen.post_message(make())
 

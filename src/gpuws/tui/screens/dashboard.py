@@ -15,6 +15,8 @@ from ... import protocol
 from ...live.link import probe_summary
 from ...live.telemetry import GAUGES, TelemetryHistory
 from ...sessions.cost import Economics
+from ...textsafe import text as safe_text
+from ...textsafe import visible
 from ..messages import AgentLog, EconomicsTick, LinkDown, NcuPlanReady, TelemetryTick
 from ..widgets.cost_ticker import CostTicker
 from ..widgets.counters import CountersPanel
@@ -134,9 +136,9 @@ class DashboardScreen(Screen[None]):
 
     def on_agent_log(self, message: AgentLog) -> None:
         log = self.query_one("#agent-log", Log)
-        log.write_line(f"{message.log.level}: {message.log.message}")
+        log.write_line(visible(f"{message.log.level}: {message.log.message}"))
         if message.log.message.startswith("telemetry stopped"):
-            self.query_one("#no-telemetry", Static).update(Text(message.log.message, "yellow"))
+            self.query_one("#no-telemetry", Static).update(safe_text(message.log.message, "yellow"))
 
     def on_link_down(self, message: LinkDown) -> None:
         banner = self.query_one("#link-banner", Static)

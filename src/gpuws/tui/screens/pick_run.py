@@ -11,6 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
 from ... import protocol
+from ...textsafe import text as safe_text
 from .. import fmt
 
 
@@ -38,8 +39,9 @@ class PickRunScreen(ModalScreen[str | None]):
         table = self.query_one(DataTable)
         table.add_columns("run", "status", "started", "events", "workload")
         for r in self.runs:
-            table.add_row(r.run_id, r.status, fmt.when(r.started), str(r.last_seq + 1),
-                          r.workload[:60], key=r.run_id)
+            # Everything here is the pod's word: shown as text, never as markup.
+            table.add_row(safe_text(r.run_id), safe_text(r.status), fmt.when(r.started),
+                          str(r.last_seq + 1), safe_text(r.workload, limit=60), key=r.run_id)
         table.focus()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:

@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from ...sessions.compare import Comparison
+from ...textsafe import text as safe_text
 from .. import fmt
 from ..messages import ResultsData
 from ..results import RunResults
@@ -155,6 +156,6 @@ def render_comparison(c: Comparison) -> Table | Text:
             if d.a is None and d.b is None:
                 continue
             delta = "—" if d.delta_pct is None else f"{d.delta_pct:+.1f}%"
-            table.add_row(f"{k.kernel} #{k.launch} · {d.key}", fmt.metric(d.key, d.a),
+            table.add_row(safe_text(f"{k.kernel} #{k.launch} · {d.key}"), fmt.metric(d.key, d.a),
                           fmt.metric(d.key, d.b), delta)
     return table

@@ -11,6 +11,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
+from ...textsafe import text as safe_text
 from .. import fmt
 from ..messages import Exported, SessionsData
 
@@ -81,7 +82,7 @@ class SessionsScreen(Screen[None]):
         for r in message.runs:
             base = "★ baseline" if r.is_baseline else (f"vs {r.baseline_of}" if r.baseline_of
                                                       else "")
-            runs.add_row(r.run_id, r.workload, r.status, fmt.when(r.started),
+            runs.add_row(r.run_id, safe_text(r.workload), safe_text(r.status), fmt.when(r.started),
                          fmt.duration(r.wall_s), base, key=r.run_id)
         count = len(message.sessions)
         self.sub_title = f"{count} session" + ("" if count == 1 else "s")

@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from ... import protocol
+from ...textsafe import visible
 from .. import fmt
 
 
@@ -29,7 +30,7 @@ class KernelTablePane(DataTable[str | Text]):
         if table is None:
             return
         for i, k in enumerate(table.kernels):
-            self.add_row(Text(k.name, overflow="ellipsis", no_wrap=True),
+            self.add_row(Text(visible(k.name), overflow="ellipsis", no_wrap=True),
                          Text(str(k.calls), justify="right"),
                          Text(fmt.ms(k.total_ns / 1e6), justify="right"),
                          Text(fmt.ms(k.mean_ns / 1e6), justify="right"),

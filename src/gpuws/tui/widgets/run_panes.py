@@ -16,6 +16,7 @@ from textual.widgets import Label, Log, TabbedContent, TabPane
 
 from ... import protocol
 from ...live.model import LogLine, RunModel
+from ...textsafe import visible
 from .. import fmt
 from .banner import DiagnosisBanner
 from .kernel_table import KernelTablePane, kernel_table_caption
@@ -153,7 +154,8 @@ class RunPanes(Vertical):
     def _write_log(self, lines: list[LogLine]) -> None:
         self._log_lines += len(lines)
         self.query_one("#run-log", Log).write_lines(
-            f"{_source(ln)} {_STREAM.get(ln.stream, ln.stream[:3])}│ {ln.text}" for ln in lines)
+            f"{_source(ln)} {_STREAM.get(ln.stream, visible(ln.stream[:3], None))}│ "
+            f"{visible(ln.text)}" for ln in lines)
         # The title's size never changes (width 1fr, one line): no layout pass.
         lines_word = "line" if self._log_lines == 1 else "lines"
         self.query_one("#log-title", Label).update(f"output · {self._log_lines} {lines_word}",
