@@ -26,6 +26,7 @@ from ..live.boundary import SeqGate
 from ..live.engine import Engine, Notice
 from ..live.feed import Batch
 from ..live.link import Target
+from ..live.model import LineJoiner, LogLine
 from ..live.storeio import StoreHandle
 from ..sessions.compare import compare_runs, regression_gate, render_comparison
 from ..sessions.store import Store
@@ -113,6 +114,8 @@ class Printer:
         self.samples = 0
         self._last_progress = ""
         self._gates: dict[str, SeqGate] = {}
+        #: Per run: the pieces of long output lines, joined into one printed line.
+        self._joiners: dict[str, LineJoiner] = {}
         #: Set once a detached run's id is printed: stdout ends with it.
         self.muted = False
 
@@ -198,11 +201,15 @@ class Printer:
                 o.print(Text.assemble("  artifact ", safe(ev.name),
                                       f" ({ev.size} B, sha256 {visible(ev.sha256, 16)[:16]}…)"))
             case protocol.Output():
-                o.print(Text.assemble((f"  {visible(ev.stream, 10)}│ ", "dim"), safe(ev.text)))
+                joined = self._joiners.setdefault(ev.run_id or "", LineJoiner()).feed(ev)
+                if joined is not None:
+                    self._print_line(joined)
             case protocol.Log():
                 if ev.level != "debug":
                     o.print(safe(f"  {ev.level}: {ev.message}", "dim"))
             case protocol.RunFinished():
+                for joined in self._joiners.pop(ev.run_id or "", LineJoiner()).flush():
+                    self._print_line(joined)
                 colour = "green" if ev.status == "ok" else "red"
                 line = Text.assemble((f"run {ev.status}", colour + " bold"),
                                      f" in {ev.wall_s:.1f} s")
@@ -211,6 +218,12 @@ class Printer:
                 o.print(line)
             case _:
                 pass
+
+    def _print_line(self, line: LogLine) -> None:
+        # The joiner already capped the line (MAX_JOINED_CHARS): print it whole, as one
+        # line the terminal wraps (soft_wrap), as the workload printed it.
+        self.out.print(Text.assemble((f"  {visible(line.stream, 10)}│ ", "dim"),
+                                     safe(line.text, limit=None)), soft_wrap=True)
 
 
 def tier1_table(ev: protocol.Tier1Result) -> Table:

@@ -69,6 +69,72 @@ class LogLine:
     tier: int | None
 
 
+#: Longest line shown once the pieces of a line the pod cut (``Output.cont``) are joined,
+#: in characters; the rest of such a line is counted, not kept, so a workload that prints
+#: forever without a newline cannot grow the laptop's memory.
+MAX_JOINED_CHARS = 1 << 20
+
+
+@dataclass
+class _OpenLine:
+    """A line whose pieces are still arriving."""
+
+    tier: int | None
+    parts: list[str] = field(default_factory=list)
+    kept: int = 0
+    dropped: int = 0
+
+
+class LineJoiner:
+    """Joins the pieces of lines the pod cut (``Output.cont``) back into whole lines.
+
+    The pod cuts a line longer than 16 KiB into several ``output`` events; every piece
+    but the last says ``cont``. The store keeps the events as they came; whoever shows
+    them (the run panes, ``gpuws run``'s printer) shows one line. Pieces join per stream
+    (the pod cuts stdout and stderr apart). At most ``limit`` characters of a line are
+    kept; the line ends with how many more there were.
+    """
+
+    def __init__(self, limit: int = MAX_JOINED_CHARS) -> None:
+        self.limit = limit
+        self._open: dict[str, _OpenLine] = {}
+
+    def feed(self, ev: protocol.Output) -> LogLine | None:
+        """The line ``ev`` completes, or None while its line goes on."""
+        line = self._open.get(ev.stream)
+        if line is None:
+            if not ev.cont:
+                return LogLine(ev.stream, ev.text, ev.tier)
+            line = self._open[ev.stream] = _OpenLine(ev.tier)
+        part = ev.text[:max(0, self.limit - line.kept)]
+        if part:
+            line.parts.append(part)
+            line.kept += len(part)
+        line.dropped += len(ev.text) - len(part)
+        if ev.cont:
+            return None
+        del self._open[ev.stream]
+        return _joined(ev.stream, line)
+
+    def flush(self) -> list[LogLine]:
+        """Lines whose end never came (the run ended, or the pod stopped sending)."""
+        lines = [_joined(stream, line) for stream, line in self._open.items()]
+        self._open.clear()
+        return lines
+
+    @property
+    def pending(self) -> int:
+        """Characters held for lines not yet ended (at most ``limit`` per stream)."""
+        return sum(line.kept for line in self._open.values())
+
+
+def _joined(stream: str, line: _OpenLine) -> LogLine:
+    text = "".join(line.parts)
+    if line.dropped:
+        text += f"… ({line.dropped:,} more characters of this line not shown)"
+    return LogLine(stream, text, line.tier)
+
+
 @dataclass
 class RunModel:
     """The live snapshot of one run."""
@@ -94,6 +160,8 @@ class RunModel:
     artifacts: list[protocol.Artifact] = field(default_factory=list)
     finished: protocol.RunFinished | None = None
     event_count: int = 0
+    #: Joins the pieces of long output lines for the log pane.
+    joiner: LineJoiner = field(default_factory=LineJoiner)
 
     @property
     def last_seq(self) -> int:
@@ -125,8 +193,12 @@ class RunModel:
             self._unsorted.extend(ev.values_ms)  # sorted in when a pane next asks
             return "samples"
         if isinstance(ev, protocol.Output):
-            lines.append(LogLine(ev.stream, ev.text, ev.tier))
+            line = self.joiner.feed(ev)
+            if line is not None:
+                lines.append(line)
             return "log"
+        if isinstance(ev, protocol.RunFinished):
+            lines.extend(self.joiner.flush())  # a cut line the run never ended
         if isinstance(ev, protocol.Log):
             if ev.level != "debug":
                 lines.append(LogLine(ev.level, ev.message, None))

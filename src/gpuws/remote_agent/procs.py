@@ -1,7 +1,8 @@
 """Running the workload's processes: stream their output as events, keep their exit codes.
 
 Whatever a workload prints reaches the laptop in events of bounded size: a line longer
-than :data:`CHUNK_BYTES` is cut into several ``output`` events (nothing is dropped), and
+than :data:`CHUNK_BYTES` is cut into several ``output`` events (nothing is dropped; each
+piece but the last carries ``cont: true``, so the laptop can show the line whole), and
 a ``\\r``-separated progress bar (tqdm writes one endless line of updates) arrives as its
 updates, at most one per :data:`UPDATE_INTERVAL_S` per stream, plus every final state.
 """
@@ -261,16 +262,27 @@ def run_streaming(argv: Sequence[str], *, emit: Emit, tier: Optional[int], cwd: 
         flush()
         emit({"type": "log", "level": "warning", "message": message})
 
+    # Per stream: inside a cut line (its first piece was seen), and whether that line was
+    # filtered out. The filter sees a line's first piece only and drops all of its pieces,
+    # so a kept piece with ``cont`` is always followed by the rest of its line.
+    in_line = {"stdout": False, "stderr": False}
+    dropping = {"stdout": False, "stderr": False}
+
     def add(stream: str, pieces: List[Piece]) -> None:
-        for text, _cont in pieces:
-            # (``_cont`` goes on the event as soon as protocol.Output has a field for it;
-            # until then a cut line arrives as consecutive output events.)
-            if line_filter is not None and not line_filter(text):
+        for text, cont in pieces:
+            if not in_line[stream]:
+                dropping[stream] = line_filter is not None and not line_filter(text)
+            in_line[stream] = cont
+            if dropping[stream]:
                 continue
             ev: Dict[str, object] = {"type": "output", "stream": stream, "text": text,
                                      "ts": time.time()}
             if tier is not None:
                 ev["tier"] = tier
+            if cont:
+                # The next output event of this stream continues this line (the laptop
+                # joins them for display; protocol.Output.cont).
+                ev["cont"] = True
             batch.append(ev)
 
     try:
