@@ -7,7 +7,11 @@ sentinel file if any shell ever evaluated them. Each string must arrive exactly 
 (argv over a real sshd, the run's spec and environment in a real worker, ncu's argv, the
 workload file's name on disk), and the sentinel must never appear. A static check backs
 this up: no ``shell=True``, no ``os.system``, and every command line sent over SSH is
-``shlex.join`` of an argv.
+``shlex.join`` of an argv (through ``transport.base.shell_command``, which carries that
+POSIX command line past any login shell as octal escapes).
+
+Host names go to exactly one process: ``ssh -G ... -- NAME`` (an argv, no shell), where
+OpenSSH decides where they lead; nothing else is ever started for one.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ import asyncio
 import base64
 import json
 import os
+import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -55,11 +61,6 @@ ECHO_ARGV = "import json, sys; sys.stdout.write(json.dumps(sys.argv[1:]))"
 DUMP_ENV = ("import json, os; json.dump({k: v for k, v in os.environ.items() "
             "if k.startswith('GPUWS_FUZZ_')}, open(os.environ['GPUWS_ARTIFACT_DIR'] "
             "+ '/env.json', 'w'))")
-
-#: Issue 12: resolution now execs ``ssh -G`` (an argv, no shell) and commands go through
-#: transport.base.shell_command; these checks predate both and are being rewritten.
-PREDATES_SSH_G = pytest.mark.xfail(strict=False, reason="predates ssh -G and shell_command")
-
 
 def count(name: str) -> None:
     COUNTS[name] = COUNTS.get(name, 0) + 1
@@ -203,19 +204,37 @@ host_names = st.one_of(nasty, st.text(alphabet=st.sampled_from(META + "ab.-"), m
                                       max_size=30).map(lambda s: "h" + s))
 
 
-@PREDATES_SSH_G
+def _only_ssh_g(real: Callable[..., Any], seen: list[list[str]]) -> Callable[..., Any]:
+    """A ``subprocess.Popen`` that lets through only ``ssh -G [-F f] [-p n] [-l u] -- HOST``."""
+
+    def popen(args: Any, *rest: Any, **kwargs: Any) -> Any:
+        assert not kwargs.get("shell"), f"shell=True for {args!r}"
+        assert isinstance(args, list) and all(isinstance(a, str) for a in args), \
+            f"a process was started with a command string: {args!r}"
+        assert os.path.basename(args[0]) == "ssh" and args[1] == "-G" and args[-2] == "--", \
+            f"a process other than ssh -G was started for a host name: {args!r}"
+        opts = args[2:-2]
+        assert len(opts) % 2 == 0 and all(o in ("-F", "-p", "-l") for o in opts[::2]), args
+        seen.append(args)
+        return real(args, *rest, **kwargs)
+
+    return popen
+
+
 def test_host_names_never_reach_a_shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every odd name reaches ``ssh -G`` as one argument after ``--`` (or is refused before
+    it), never a shell and never any other process; then fails with one clear line."""
     cfg = tmp_path / "ssh_config"
     cfg.write_text("")
     raw: list[str] = []
+    resolved: list[list[str]] = []
 
     def no_process(*args: object, **kwargs: object) -> None:
         raise AssertionError(f"a process was started for a host name: {args!r}")
 
-    import subprocess
-
-    monkeypatch.setattr(subprocess, "Popen", no_process)
-    monkeypatch.setattr(asyncio, "create_subprocess_exec", no_process)
+    monkeypatch.setattr(subprocess, "Popen", _only_ssh_g(subprocess.Popen, resolved))
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", no_process)  # a ProxyCommand
+    monkeypatch.setattr(asyncio, "create_subprocess_shell", no_process)
 
     async def connect(name: str) -> None:
         await SSHTransport(name, config_file=str(cfg), connect_timeout=2).connect()
@@ -224,6 +243,7 @@ def test_host_names_never_reach_a_shell(tmp_path: Path, monkeypatch: pytest.Monk
     @settings(max_examples=60, deadline=None,
               suppress_health_check=[HealthCheck.function_scoped_fixture])
     def check(name: str) -> None:
+        before = len(resolved)
         try:
             asyncio.run(connect(name))
         except GpuwsError:
@@ -233,6 +253,12 @@ def test_host_names_never_reach_a_shell(tmp_path: Path, monkeypatch: pytest.Monk
             count("host_name")
         else:
             raise AssertionError(f"connected to {name!r}?")
+        for argv in resolved[before:]:
+            # The host is the argument after "--", cut from the name exactly as typed
+            # (user@ and :port go as -l and -p), or the defaults' probe.
+            assert argv[-1] in name or argv[-1] == "gpuws-defaults.invalid", (name, argv)
+            for flag, value in zip(argv[2:-2:2], argv[3:-2:2], strict=True):
+                assert flag == "-F" or value in name, (name, argv)
 
     check()
     record("fuzz_shell", ssh_argv_examples=COUNTS.get("ssh_argv", 0),
@@ -240,11 +266,12 @@ def test_host_names_never_reach_a_shell(tmp_path: Path, monkeypatch: pytest.Monk
            ncu_regex_examples=COUNTS.get("ncu_regex", 0),
            file_name_examples=COUNTS.get("file_name", 0),
            host_name_examples=COUNTS.get("host_name", 0),
+           host_names_to_ssh_g=len({a[-1] for a in resolved} - {"gpuws-defaults.invalid"}),
            host_names_without_clear_error=len(raw), commands_injected=0)
     assert raw == [], raw  # every odd host name ends in one clear GpuwsError line
+    assert resolved, "no name reached ssh -G: the check above checked nothing"
 
 
-@PREDATES_SSH_G
 @pytest.mark.parametrize("name", ["a" * 64 + ".example", "..", "\u202epod", "po\x00d"])
 def test_odd_host_names_give_one_clear_error(name: str, tmp_path: Path) -> None:
     cfg = tmp_path / "ssh_config"
@@ -267,12 +294,15 @@ def _name(node: ast.AST) -> str:
 
 
 def _is_quoted(node: ast.AST, func: ast.AST) -> bool:
-    """``node`` is shlex.join(...)/shlex.quote(...), or a name only ever bound to one, or
-    an f-string of those and of secrets.token_* values (a random token is shell-safe)."""
+    """``node`` is shlex.join(...)/shlex.quote(...)/shell_command(...), or a name only ever
+    bound to one, or an f-string of those and of secrets.token_* values (a random token is
+    shell-safe)."""
     if isinstance(node, ast.Constant):
         return True
     if isinstance(node, ast.Call):
-        return _name(node.func) in ("shlex.join", "shlex.quote") or \
+        # shell_command(argv) is shlex.join(argv) carried past any login shell (checked
+        # below, in transport/base.py, and run under every shell in test_login_shells).
+        return _name(node.func) in ("shlex.join", "shlex.quote", "shell_command") or \
             _name(node.func).startswith("secrets.token_")
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return _is_quoted(node.left, func) and _is_quoted(node.right, func)
@@ -286,7 +316,6 @@ def _is_quoted(node: ast.AST, func: ast.AST) -> bool:
     return False
 
 
-@PREDATES_SSH_G
 def test_no_shell_command_is_built_by_concatenation() -> None:
     checked = 0
     for path in sorted(SRC.rglob("*.py")):
@@ -322,10 +351,22 @@ def test_no_shell_command_is_built_by_concatenation() -> None:
                 checked += _check_sh_c(node.value, rel)
             if isinstance(node, ast.Return) and isinstance(node.value, ast.List):
                 checked += _check_sh_c(node.value, rel)
+    # Every command line the SSH transport sends is shell_command(argv)...
     ssh = ast.parse((SRC / "transport" / "ssh.py").read_text())
     sends = [c for c in _calls(ssh) if _name(c.func).endswith(".create_process")]
-    assert sends and all(_name(c.args[0].func) == "shlex.join" for c in sends  # type: ignore[attr-defined]
-                         if c.args)
+    assert sends and all(isinstance(c.args[0], ast.Call) and _name(c.args[0].func)
+                         == "shell_command" for c in sends if c.args)
+    # ...and shell_command quotes the argv with shlex.join and puts only fixed text and
+    # that (octal-escaped) line into what the login shell reads.
+    base = ast.parse((SRC / "transport" / "base.py").read_text())
+    (func,) = [f for f in ast.walk(base)
+               if isinstance(f, ast.FunctionDef) and f.name == "shell_command"]
+    joins = [c for c in _calls(func) if _name(c.func) == "shlex.join"]
+    assert [ast.unparse(c.args[0]) for c in joins] == ["argv"]
+    (ret,) = [n for n in ast.walk(func) if isinstance(n, ast.Return)]
+    assert isinstance(ret.value, ast.JoinedStr)
+    pieces = [v.value for v in ret.value.values if isinstance(v, ast.FormattedValue)]
+    assert [ast.unparse(p) for p in pieces] == ["encoded"]
     assert checked >= 10
 
 
