@@ -79,6 +79,11 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="deploy the agent and show what the pod has")
     add_connection_args(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--install-nsys", action="store_true",
+                   help="run the pod's Nsight Systems install plan (shown by doctor; asks "
+                        "first), then verify it with a smoke profile")
+    p.add_argument("--yes", action="store_true",
+                   help="confirm --install-nsys without asking (for scripts)")
     p.set_defaults(func=_lazy("doctor", "doctor"))
 
     from .commands.run import add_run_args

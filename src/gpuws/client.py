@@ -173,6 +173,17 @@ class AgentClient:
                                 timeout=None if install else 120)
         return _expect(ev, protocol.NcuPlan)
 
+    async def nsys_plan(self, install: bool = False) -> protocol.NsysPlan:
+        """Which nsys works on the pod, or how one would be installed.
+
+        With ``install`` the pod runs its plan (only after the person confirmed it),
+        streaming each step as a ``log`` event, then verifies the nsys with a smoke
+        profile; no time limit, as an apt install takes what it takes.
+        """
+        ev = await self.request(protocol.NsysPlanReq(req=self.next_req(), install=install),
+                                timeout=None if install else 120)
+        return _expect(ev, protocol.NsysPlan)
+
     async def stat_file(self, path: str) -> protocol.StatResult:
         ev = await self.request(protocol.StatFile(req=self.next_req(), path=path))
         return _expect(ev, protocol.StatResult)

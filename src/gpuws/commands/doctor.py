@@ -3,31 +3,51 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import sys
 import time
 from typing import Any
 
 import msgspec
 from rich.table import Table
+from rich.text import Text
 
-from .. import humanfmt
+from .. import humanfmt, protocol
 from ..client import AgentClient
-from ..protocol import Probe
+from ..errors import GpuwsError, UsageError
+from ..live.boundary import check_answer
+from ..protocol import NsysPlan, Probe
+from ..textsafe import text as safe
+from ..textsafe import visible
 from .common import connect, console, print_json
 
 
 async def doctor(args: argparse.Namespace) -> int:
+    install = bool(getattr(args, "install_nsys", False))
+    if install and not args.yes and not sys.stdin.isatty():
+        # Refused before connecting: nothing can be asked, and nothing changes unasked.
+        raise UsageError("--install-nsys changes the pod and there is no terminal to ask on",
+                         remedy="run it on a terminal, or add --yes to confirm in advance")
     t0 = time.monotonic()
     client = await connect(args)
+    code = 0
     try:
         probe = await client.probe()
         report = doctor_report(args.host, client, probe, time.monotonic() - t0)
+        t1 = time.monotonic()
+        plan = check_answer(await client.nsys_plan())
+        report["nsys"]["plan"] = msgspec.to_builtins(plan)
+        report["timings"]["nsys_plan_s"] = time.monotonic() - t1
+        if not args.json:
+            render(report)
+        if install:
+            plan, code = await install_nsys(client, plan, yes=args.yes, as_json=args.json)
+            report["nsys"]["plan"] = msgspec.to_builtins(plan)
     finally:
         await client.close()
     if args.json:
         print_json(report)
-    else:
-        render(report)
-    return 0
+    return code
 
 
 def doctor_report(host: str, client: AgentClient, probe: Probe, total_s: float) -> dict[str, Any]:
@@ -90,6 +110,8 @@ def render(r: dict[str, Any]) -> None:
         t.add_row(tool, "\n".join(f"{i['version'] or 'version unknown'}  {i['path']}"
                                   + (f"  ({i['error']})" if i.get("error") else "")
                                   for i in inst) or "not found")
+    if r["nsys"].get("plan") is not None:
+        t.add_row("nsys plan", nsys_plan_text(msgspec.convert(r["nsys"]["plan"], NsysPlan)))
     c = r["counters"]
     verdict = {"allowed": "[green]allowed[/]", "blocked": "[red]blocked[/]"}.get(
         c["verdict"], "[yellow]unknown[/]")
@@ -122,3 +144,72 @@ def render(r: dict[str, Any]) -> None:
 def _mhz(v: float | None) -> str:
     # nvidia-smi reports whole MHz; a float from the JSON must not print as 1980.0.
     return humanfmt.num(v)
+
+
+# ---------------------------------------------------------------------- Nsight Systems
+def nsys_plan_text(plan: NsysPlan) -> Text:
+    """The nsys Tier 2 uses, or why there is none and what installing one would do, in
+    words; pod text is shown literally."""
+    if plan.selected:
+        out = Text.assemble(("works", "green"), ": ", safe(
+            f"nsys {plan.selected_version or '?'} at {plan.selected} (Tier 2's timeline)"))
+    else:
+        out = Text.assemble(("none works", "yellow"), ": ", safe(plan.reason),
+                            " — Tier 2 uses torch.profiler or one ncu pass")
+        if plan.install_plan and not plan.installed:
+            out.append_text(Text.assemble(
+                "\ninstall plan: ", safe(plan.install_how or "?"),
+                f"; {len(plan.install_plan)} steps, run only with --install-nsys (asks first)"))
+            for step in plan.install_plan:
+                out.append_text(safe("\n  $ " + " ".join(step), "dim"))
+    if plan.verified:
+        out.append_text(Text.assemble("\n", ("verified", "green"), ": ", safe(plan.verified)))
+    return out
+
+
+async def install_nsys(client: AgentClient, plan: NsysPlan, *, yes: bool,
+                       as_json: bool) -> tuple[NsysPlan, int]:
+    """Run the pod's nsys install plan once the person confirms; the plan after it and
+    the exit status.
+
+    Raises:
+        GpuwsError: the pod has no plan (the reason says what to do instead).
+        AgentError: a step failed, or the nsys it installed failed its verification.
+    """
+    out = console(stderr=as_json, markup=False)
+    if plan.selected:
+        out.print(safe(f"nsys {plan.selected_version or '?'} already works at "
+                       f"{plan.selected}: nothing to install"))
+        return plan, 0
+    if not plan.install_plan:
+        raise GpuwsError(f"no nsys install plan for this pod: {visible(plan.reason)}",
+                         title="Cannot install nsys",
+                         remedy="install Nsight Systems by hand "
+                                "(developer.nvidia.com/nsight-systems)")
+    if not yes:
+        out.print(Text.assemble("These commands run on the pod, ", safe(plan.install_how),
+                                ":", *(safe("\n  $ " + " ".join(step), "bold")
+                                       for step in plan.install_plan)))
+        question = f"Install {visible(plan.install_target or 'nsys', 80)} on the pod? [y/N] "
+        if not await asyncio.to_thread(ask, question):
+            out.print(Text("Nothing was installed."))
+            return plan, 0
+
+    def show_step(ev: protocol.Events | protocol.BadLine) -> None:
+        if isinstance(ev, protocol.Log) and ev.run_id is None:
+            out.print(safe(ev.message, "dim"))
+
+    client.add_listener(show_step)
+    try:
+        after = check_answer(await client.nsys_plan(install=True))
+    finally:
+        client.remove_listener(show_step)
+    out.print(Text.assemble(("installed", "green bold"), " ", nsys_plan_text(after)))
+    return after, 0
+
+
+def ask(question: str) -> bool:
+    """A y/N question on the terminal (on stderr, so --json's stdout stays JSON)."""
+    sys.stderr.write(question)
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")

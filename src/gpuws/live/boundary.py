@@ -30,11 +30,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from .. import protocol
+from ..errors import ProtocolError
 from ..sessions.artifacts import name_problem
 from ..sessions.store import REFUSAL_MARK
 from ..textsafe import visible
@@ -293,6 +294,30 @@ def _check_artifact(ev: protocol.Artifact, run_dir: str | None) -> None:
     if ev.path != expected:
         raise Refused("artifact", f"artifact {ev.name}: its pod path "
                                   f"{visible(ev.path, 200)!s} is not {expected}")
+
+
+#: The answers a command may check (constrained, so each keeps its own type).
+AnswerT = TypeVar("AnswerT", protocol.NsysPlan, protocol.NcuPlan, protocol.ProbeResult,
+                  protocol.StatResult, protocol.RunList)
+
+
+def check_answer(ev: AnswerT) -> AnswerT:
+    """A request's answer (an event with no run), checked like every event from the pod:
+    ``ts`` sane, strings, lists and maps bounded.
+
+    Answers go straight to the request that asked (``AgentClient.request``), past the
+    engine's stream; a command that shows one (``gpuws doctor``'s nsys plan) checks it
+    here first.
+
+    Raises:
+        ProtocolError: the answer was refused; the message says why.
+    """
+    why: list[str] = []
+    if Boundary(on_refusal=lambda _kind, message, _n: why.append(message)).check(ev) is None:
+        raise ProtocolError(f"the pod's answer was refused: {why[0] if why else '?'}",
+                            title="Refused answer",
+                            remedy="the agent on the pod is not gpuws's own; reconnect")
+    return ev
 
 
 def is_refusal(ev: protocol.Events) -> bool:

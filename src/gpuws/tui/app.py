@@ -39,6 +39,7 @@ from .messages import (
     LinkDown,
     LinkUp,
     NcuPlanReady,
+    NsysPlanReady,
     PullDone,
     PullProgress,
     RunEvents,
@@ -358,6 +359,9 @@ class GpuwsApp(App[int]):
     def on_ncu_plan_ready(self, message: NcuPlanReady) -> None:
         self._post(DashboardScreen, NcuPlanReady(message.plan))
 
+    def on_nsys_plan_ready(self, message: NsysPlanReady) -> None:
+        self._post(DashboardScreen, NsysPlanReady(message.plan))
+
     # ------------------------------------------------------------------ navigation
     def go_home(self) -> None:
         """Back to Home (closing nothing)."""
@@ -498,6 +502,26 @@ class GpuwsApp(App[int]):
 
         self.push_screen(ConfirmScreen(f"Install ncu {plan.install_target_version or ''} on "
                                        "the pod?", body, "Install"), answered)
+
+    def confirm_nsys_install(self, plan: protocol.NsysPlan) -> None:
+        """Ask, then run the nsys install plan on the pod."""
+        from rich.text import Text
+
+        from ..textsafe import markup_escape
+        from .screens.confirm import ConfirmScreen
+
+        body = Text(visible(f"{plan.install_how}. These commands run on the pod, then nsys "
+                            "is verified with --version and a smoke profile that must write "
+                            "a report:\n"))
+        for step in plan.install_plan or []:
+            body.append("\n$ " + visible(" ".join(step)), "bold")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._work(workers.install_nsys(self), "nsys", "install nsys on the pod")
+
+        self.push_screen(ConfirmScreen(markup_escape(f"Install {plan.install_target or 'nsys'} "
+                                                     "on the pod?"), body, "Install"), answered)
 
     # ------------------------------------------------------------------ store readers
     def load_home(self, screen: Screen[Any]) -> None:

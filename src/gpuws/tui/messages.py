@@ -66,6 +66,15 @@ class NcuPlanReady(Message, bubble=False):
         super().__init__()
 
 
+class NsysPlanReady(Message, bubble=False):
+    """The agent's answer about which nsys works, or how to install one (after an install,
+    too)."""
+
+    def __init__(self, plan: protocol.NsysPlan) -> None:
+        self.plan = plan
+        super().__init__()
+
+
 class AgentLog(Message, bubble=False):
     """A log line from the agent that belongs to no run (e.g. ncu install steps)."""
 

@@ -17,10 +17,11 @@ from ...live.telemetry import GAUGES, TelemetryHistory
 from ...sessions.cost import Economics
 from ...textsafe import text as safe_text
 from ...textsafe import visible
-from ..messages import AgentLog, EconomicsTick, LinkDown, NcuPlanReady, TelemetryTick
+from ..messages import AgentLog, EconomicsTick, LinkDown, NcuPlanReady, NsysPlanReady, TelemetryTick
 from ..widgets.cost_ticker import CostTicker
 from ..widgets.counters import CountersPanel
 from ..widgets.ncu_panel import NcuPanel
+from ..widgets.nsys_panel import NsysPanel
 from ..widgets.pod_info import PodInfo
 from ..widgets.spark_gauge import SparkGauge
 
@@ -87,6 +88,7 @@ class DashboardScreen(Screen[None]):
                 yield CountersPanel(id="counters")
                 yield Label("Nsight Compute", classes="title")
                 yield NcuPanel(id="ncu")
+                yield NsysPanel(id="nsys")  # shown once the agent answers
             with Vertical(id="right"):
                 yield Label("Telemetry (1 Hz)", classes="title")
                 yield Static(Text("waiting for the first sample…", "dim"), id="no-telemetry")
@@ -133,6 +135,12 @@ class DashboardScreen(Screen[None]):
         self.plan = message.plan
         self.query_one(NcuPanel).show(message.plan)
         self.refresh_bindings()
+
+    def on_nsys_plan_ready(self, message: NsysPlanReady) -> None:
+        self.query_one(NsysPanel).show(message.plan)
+
+    def on_nsys_panel_install_requested(self, message: NsysPanel.InstallRequested) -> None:
+        self.app.confirm_nsys_install(message.plan)
 
     def on_agent_log(self, message: AgentLog) -> None:
         log = self.query_one("#agent-log", Log)
