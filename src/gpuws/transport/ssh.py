@@ -175,15 +175,83 @@ class _Client(asyncssh.SSHClient):
         return False
 
 
+class _LinkReader:
+    """A channel's output, where a link that dies reads as the end of the stream.
+
+    asyncssh raises ``ConnectionLost`` (or an ``OSError``) from a read when the connection
+    ends badly, e.g. unanswered keepalives; above the transport that is an end of file,
+    and why is :attr:`SSHTransport.lost_reason` (set in the same loop step). An error
+    escaping here left the agent client's reader task failing with a raw asyncssh
+    exception ("Task exception was never retrieved" on the CLI's stderr).
+    """
+
+    def __init__(self, source: asyncssh.SSHReader[bytes]) -> None:
+        self._source = source
+        #: What ended the stream, when it was not a clean end of file.
+        self.error: BaseException | None = None
+
+    async def read(self, n: int = -1) -> bytes:
+        if self.error is not None:
+            return b""
+        try:
+            return await self._source.read(n)
+        except (asyncssh.Error, OSError) as exc:
+            self.error = exc
+            return b""
+
+
+class _LinkWriter:
+    """A channel's input; writing to a link that died is one :class:`ConnectError`."""
+
+    def __init__(self, sink: asyncssh.SSHWriter[bytes], owner: SSHTransport) -> None:
+        self._sink = sink
+        self._owner = owner
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._sink.write(data)
+        except (asyncssh.Error, OSError) as exc:
+            raise self._lost(exc) from exc
+
+    async def drain(self) -> None:
+        try:
+            await self._sink.drain()
+        except (asyncssh.Error, OSError) as exc:
+            raise self._lost(exc) from exc
+
+    def write_eof(self) -> None:
+        try:
+            self._sink.write_eof()
+        except (asyncssh.Error, OSError) as exc:
+            raise self._lost(exc) from exc
+
+    def _lost(self, exc: BaseException) -> ConnectError:
+        why = self._owner.lost_reason or getattr(exc, "reason", None) or str(exc) or \
+            type(exc).__name__
+        return ConnectError(f"the link to the pod is gone ({why})", title="Connection lost",
+                            remedy="reconnect; runs on the pod go on and can be re-attached")
+
+
 class SSHProcess(RemoteProcess):
-    def __init__(self, proc: asyncssh.SSHClientProcess[bytes]) -> None:
+    """A command on an exec channel; a dead link ends its output (see :class:`_LinkReader`)."""
+
+    def __init__(self, proc: asyncssh.SSHClientProcess[bytes], owner: SSHTransport) -> None:
         self._proc = proc
-        self.stdin = proc.stdin
-        self.stdout = proc.stdout
-        self.stderr = proc.stderr
+        self._out, self._err = _LinkReader(proc.stdout), _LinkReader(proc.stderr)
+        self.stdin = _LinkWriter(proc.stdin, owner)
+        self.stdout = self._out
+        self.stderr = self._err
+
+    @property
+    def broken(self) -> BaseException | None:
+        """The error that cut its output short, if the link died under it."""
+        return self._out.error or self._err.error
 
     async def wait(self) -> int | None:
-        result = await self._proc.wait()
+        try:
+            result = await self._proc.wait()
+        except (asyncssh.Error, OSError):
+            return None  # the link died: no exit status came
         return result.exit_status
 
     def close(self) -> None:
@@ -358,7 +426,8 @@ class SSHTransport(Transport):
         elif "keepalive" in reason:
             k = self.keepalive
             self.lost_reason = (f"{where} stopped answering: no reply to keepalives for "
-                                f"{k.bound_s:g} s ({k.describe()})")
+                                f"{k.bound_s:g} s (ServerAliveInterval {k.interval_s:g} x "
+                                f"ServerAliveCountMax {k.count_max})")
         elif exc is None:
             self.lost_reason = f"{where} closed the connection"
         else:
@@ -432,7 +501,7 @@ class SSHTransport(Transport):
             proc = await self.conn.create_process(shell_command(argv), encoding=None)
         except (OSError, asyncssh.Error) as exc:
             raise map_error(exc, self.target) from exc
-        return SSHProcess(proc)
+        return SSHProcess(proc, self)
 
     async def read_file(self, path: str, offset: int, agent_argv: Sequence[str],
                         chunk: int = 1 << 20) -> AsyncIterator[bytes]:
@@ -452,13 +521,17 @@ class SSHTransport(Transport):
                 window=TRANSFER_WINDOW)
         except (OSError, asyncssh.Error) as exc:
             raise map_error(exc, self.target) from exc
-        proc = SSHProcess(channel)
+        proc = SSHProcess(channel, self)
         try:
             while True:
                 raw = await proc.stdout.read(chunk)
                 if not raw:
                     break
                 yield bytes(raw)  # encoding=None: the channel carries bytes
+            if proc.broken is not None:
+                raise TransferError(f"reading {path}: the link to the pod broke "
+                                    f"({self.lost_reason or proc.broken})",
+                                    remedy="pull again; the transfer resumes")
             status = await proc.wait()
             if status not in (0, None):
                 err = (await proc.stderr.read()).decode("utf-8", "replace").strip()
