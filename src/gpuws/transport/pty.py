@@ -269,7 +269,11 @@ class PTYTransport(SSHTransport):
             command = shlex.join(["sh", "-c", 'eval "$(printf %s "$0" | base64 -d)"', encoded])
         token = secrets.token_hex(8)
         ready, noraw, go = (f"GPWS-{token}-{w}" for w in ("READY", "NORAW", "GO"))
-        setup = ("exec /bin/sh -c '"
+        # The leading space is typed for the login shell to lose: zsh with no startup
+        # files first runs zsh-newuser-install, whose menu reads one key from what was
+        # typed ahead ("zsh: command not found: xec" without it); every shell ignores
+        # leading blanks, and bash's ignorespace keeps the line out of the history.
+        setup = (" exec /bin/sh -c '"
                  f'stty raw -echo 2>/dev/null || {{ printf "{_octal(noraw)}\\n"; exit 1; }}; '
                  f'mesg n 2>/dev/null; printf "{_octal(ready)}\\n"; '
                  "IFS= read -r l; eval \"$l\"' || exit 126\n")
