@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -130,3 +131,81 @@ def test_agent_frames_are_seven_bit_clean() -> None:
     ev = protocol.decode_event(line)
     assert isinstance(ev, protocol.Output) and ev.text == "naïve ✓ \u2028 \x1b[0m"
     assert json.loads(line)["type"] == "output"
+
+
+# ----------------------------------------------------------------------------- GPUs, pinning
+FIXTURES = Path(__file__).parent / "fixtures"
+K80_XML = (FIXTURES / "nvidia-smi" / "pai_tesla_k80_x4_430.26.xml").read_text()
+H200_XML = (FIXTURES / "ncu-2025.3.1-h200" / "nvidia_smi_q.xml").read_text()
+
+
+def _agent_line(event: dict) -> protocol.Events | protocol.BadLine:
+    """One event as the agent writes it (wire.dumps), read back as the laptop reads it."""
+    from gpuws.remote_agent import wire
+
+    return protocol.decode_event(wire.dumps(event)[:-1])
+
+
+def test_run_started_with_its_gpu_decodes_strictly() -> None:
+    from gpuws.remote_agent import gpuinfo, gpusel, wire
+
+    gpus = gpuinfo.parse_nvidia_smi_xml(K80_XML)["gpus"]
+    for wanted in ("1", None):
+        choice = gpusel.choose(wanted, {}, gpus)
+        ev = _agent_line(wire.make("run_started", spec={"workload": "builtin:saxpy",
+                                                        "gpu": wanted},
+                                   run_dir="/r", pid=1, hostname="pod",
+                                   gpu=gpusel.target_event(choice)))
+        assert isinstance(ev, protocol.RunStarted) and ev.gpu is not None
+        assert ev.spec.gpu == wanted and ev.gpu.name == "Tesla K80"
+        assert ev.gpu.busy and ev.gpu.busy[0].used_mib == 576.0
+    unknown = _agent_line(wire.make("run_started", spec={"workload": "cmd:true"},
+                                    run_dir="/r", pid=1, gpu=None))
+    assert isinstance(unknown, protocol.RunStarted) and unknown.gpu is None
+
+
+def test_gpu_diagnoses_decode_strictly(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from gpuws.remote_agent import gpuinfo, gpusel, worker
+
+    monkeypatch.setenv("GPUWS_POD_CACHE", str(tmp_path))
+    gpus = gpuinfo.parse_nvidia_smi_xml(K80_XML)["gpus"]
+    out: list[dict] = []
+    ctx = worker.RunContext("r-1", {"workload": "cmd:true", "gpu": "0"}, out.append)
+    ctx.gpu = gpusel.choose("0", {}, gpus)
+    worker.announce_gpu(ctx, "0,1")
+    decoded = [_agent_line(e) for e in out]
+    assert [type(e).__name__ for e in decoded] == ["Log", "Diagnosis"]
+    busy = decoded[1]
+    assert isinstance(busy, protocol.Diagnosis) and busy.code == "gpu_busy"
+    assert busy.details["processes"][0]["pid"] == 58813
+
+
+def test_tier1_result_with_clocks_decodes_strictly() -> None:
+    from gpuws.remote_agent import clocks, gpuinfo, stats, wire
+
+    # Readings shaped as Nvml.clocks returns them, from the H200 capture's sample.
+    sample = gpuinfo.parse_nvidia_smi_xml(H200_XML)["samples"][0]
+    readings = [{k: sample[k] for k in ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temp_c",
+                                        "clock_events")}, dict(sample, sm_clock_mhz=345.0)]
+    event = wire.make("tier1_result", stats=stats.summarize([0.24, 0.241, 0.239]),
+                      mode="cold", batch=1, warmup=5, stop_reason="ci_reached",
+                      clocks=clocks.summarize(readings, 1980.0, 700.0))
+    ev = _agent_line(event)
+    assert isinstance(ev, protocol.Tier1Result) and ev.clocks is not None
+    assert (ev.clocks.samples, ev.clocks.sm_mhz_min, ev.clocks.sm_mhz_max) == (2, 345.0, 1980.0)
+    assert ev.clocks.clock_events == [] and ev.clocks.sm_mhz_ceiling == 1980.0
+
+
+def test_probe_and_telemetry_of_every_gpu_decode_strictly() -> None:
+    from gpuws.remote_agent import gpuinfo, probe, wire
+
+    parsed = gpuinfo.parse_nvidia_smi_xml(K80_XML)
+    facts = dict(probe.probe(), gpus=parsed["gpus"], gpu_source="nvidia-smi")
+    ev = _agent_line(wire.make("probe_result", probe=facts))
+    assert isinstance(ev, protocol.ProbeResult)
+    assert [g.index for g in ev.probe.gpus] == [0, 1, 2, 3]
+    assert ev.probe.gpus[0].processes and ev.probe.gpus[0].processes[0].name == "python"
+    assert ev.probe.gpus[0].clock_events == ["applications_clocks_setting"]
+    tel = _agent_line(wire.make("telemetry", gpus=parsed["samples"]))
+    assert isinstance(tel, protocol.Telemetry) and len(tel.gpus) == 4
+    assert tel.gpus[2].clock_events == ["gpu_idle"] and tel.gpus[2].mem_clock_mhz == 324.0

@@ -67,7 +67,9 @@ def test_xml_fixture() -> None:
     assert msgspec.convert(gpu, Gpu) == Gpu(
         index=0, name="NVIDIA H200", uuid=UUID, memory_total_mib=143771.0,
         memory_used_mib=0.0, sm_clock_mhz=1980.0, sm_clock_max_mhz=1980.0,
-        pci_bus_id="00000000:00:06.0")
+        pci_bus_id="00000000:00:06.0", mem_clock_mhz=3201.0, mem_clock_max_mhz=3201.0,
+        util_pct=0.0, power_w=125.68, power_limit_w=700.0, temp_c=41.0,
+        clock_events=["gpu_idle"], processes=[])
     (sample,) = parsed["samples"]
     assert sample["power_w"] == 125.68 and sample["temp_c"] == 41.0
     with pytest.raises(ValueError, match="not nvidia-smi XML"):

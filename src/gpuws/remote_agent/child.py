@@ -97,6 +97,7 @@ def static_analysis(workload: Any, emit: EventPipe) -> None:
 def mode_tier1(run_id: str, args: List[str]) -> int:
     import cupy
 
+    from .clocks import WINDOW_EVENT
     from .tier1 import measure_peaks, run_tier1
 
     emit = EventPipe()
@@ -110,7 +111,10 @@ def mode_tier1(run_id: str, args: List[str]) -> int:
                        max_seconds=float(spec.get("max_seconds", 10.0)),
                        min_samples=int(spec.get("min_samples", 10)),
                        warmup=int(spec.get("warmup", 5)), mode=_timing(spec),
-                       peaks=peaks)
+                       peaks=peaks,
+                       # The worker reads the GPU's clocks between these two markers
+                       # (clocks.py); it takes them off the stream, never logs them.
+                       on_window=lambda edge: emit({"type": WINDOW_EVENT, "edge": edge}))
     emit(result)
     err = workload.check()
     if err is not None:

@@ -8,7 +8,13 @@ NVML is preferred because it answers in microseconds once initialised and needs 
 process per query; telemetry is sampled at >= 1 Hz, so the NVML library and its device
 handles stay open in one lazily created module-level object (:data:`_NVML`). When
 ``libnvidia-ml.so.1`` cannot be loaded or initialised (no driver mounted into the
-container, a driver/library version mismatch), one ``nvidia-smi`` call answers instead.
+container, a driver/library version mismatch), one ``nvidia-smi -q -x`` call answers instead
+(its XML carries the same fields, processes and clock-event reasons included).
+
+Who uses a GPU (:func:`Nvml.processes`) comes from NVML's compute and graphics process
+lists; a process's name is read from ``/proc/PID/comm`` only where that pid is this
+container's own (in a child pid namespace NVML reports the host's pids, and the same
+number names some other process here, or none).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import csv
 import ctypes
 import io
+import os
 import re
 import shutil
 import subprocess
@@ -33,9 +40,13 @@ QUERY_FIELDS = (
     "utilization.gpu", "temperature.gpu", "power.draw", "clocks.sm", "clocks.max.sm",
     "compute_cap", "pci.bus_id",
 )
-#: Fields for the ``nvidia-smi`` fallback of :func:`telemetry` (the cheap ones only).
+#: Fields for the ``nvidia-smi`` fallback of :func:`telemetry` (the cheap ones only). The
+#: active clock-event reasons are a hex bitmask; drivers before R535 call the field
+#: ``clocks_throttle_reasons.active`` and reject the new name (and the reverse may come),
+#: so both are asked and the one a driver refuses is dropped (:func:`query_gpus`).
 TELEMETRY_FIELDS = (
     "index", "utilization.gpu", "memory.used", "clocks.sm", "power.draw", "temperature.gpu",
+    "clocks.mem", "clocks_event_reasons.active", "clocks_throttle_reasons.active",
 )
 
 NO_DRIVER = "no NVIDIA driver: libnvidia-ml.so.1 not found and nvidia-smi not on PATH"
@@ -46,11 +57,73 @@ _SMI_TIMEOUT_S = 10.0
 
 # NVML constants (nvml.h).
 _NVML_SUCCESS = 0
-_NVML_CLOCK_SM = 1
+_NVML_ERROR_INSUFFICIENT_SIZE = 7
+_NVML_CLOCK_SM = 1  # nvmlClockType_t: GRAPHICS 0, SM 1, MEM 2, VIDEO 3
+_NVML_CLOCK_MEM = 2
 _NVML_TEMPERATURE_GPU = 0
+#: NVML_VALUE_NOT_AVAILABLE: what usedGpuMemory holds when the driver will not tell.
+_NVML_VALUE_NOT_AVAILABLE = (1 << 64) - 1
+#: Processes asked for per list at first; NVML says how many more it has.
+_NVML_PROCESS_SLOTS = 64
 _NVML_BUFFER = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE == NVML_DEVICE_UUID_V2_BUFFER_SIZE
 _NVML_DRIVER_BUFFER = 80  # NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
 _MIB = 1024.0 * 1024.0
+
+#: NVML's clock-event (formerly "throttle") reason bits, from nvml.h (the
+#: ``nvmlClocksEventReason*``/``nvmlClocksThrottleReason*`` defines, which R535 renamed
+#: without changing a value), with the name gpuws sends for each, in bit order:
+#:   GpuIdle 0x1, ApplicationsClocksSetting 0x2, SwPowerCap 0x4, HwSlowdown 0x8,
+#:   SyncBoost 0x10, SwThermalSlowdown 0x20, HwThermalSlowdown 0x40,
+#:   HwPowerBrakeSlowdown 0x80, DisplayClockSetting 0x100.
+CLOCK_EVENT_BITS = (
+    (0x001, "gpu_idle"),
+    (0x002, "applications_clocks_setting"),
+    (0x004, "sw_power_cap"),
+    (0x008, "hw_slowdown"),
+    (0x010, "sync_boost"),
+    (0x020, "sw_thermal"),
+    (0x040, "hw_thermal"),
+    (0x080, "hw_power_brake"),
+    (0x100, "display_clocks_setting"),
+)
+#: nvidia-smi's XML names each reason ``clocks_event_reason_<suffix>`` (R535+) or
+#: ``clocks_throttle_reason_<suffix>`` (before); the suffixes map to the same names.
+_XML_REASONS = {
+    "gpu_idle": "gpu_idle",
+    "applications_clocks_setting": "applications_clocks_setting",
+    "sw_power_cap": "sw_power_cap",
+    "hw_slowdown": "hw_slowdown",
+    "sync_boost": "sync_boost",
+    "sw_thermal_slowdown": "sw_thermal",
+    "hw_thermal_slowdown": "hw_thermal",
+    "hw_power_brake_slowdown": "hw_power_brake",
+    "display_clocks_setting": "display_clocks_setting",
+}
+_REASON_ORDER = {name: i for i, (_bit, name) in enumerate(CLOCK_EVENT_BITS)}
+
+
+def clock_events_from_mask(mask: int) -> list[str]:
+    """The names of the reasons set in an NVML clock-event bitmask, in bit order.
+
+    A bit this table does not know (a later driver's reason) is kept as ``bit_0xNNN``
+    rather than dropped: a new reason may well be one that slows the GPU.
+    """
+    names = [name for bit, name in CLOCK_EVENT_BITS if mask & bit]
+    known = 0
+    for bit, _name in CLOCK_EVENT_BITS:
+        known |= bit
+    rest = mask & ~known
+    bit = 1
+    while rest and bit <= rest:
+        if rest & bit:
+            names.append(f"bit_{bit:#x}")
+        bit <<= 1
+    return names
+
+
+def sort_clock_events(names: set[str] | list[str]) -> list[str]:
+    """Reason names in NVML's bit order (unknown names last, alphabetically)."""
+    return sorted(set(names), key=lambda n: (_REASON_ORDER.get(n, len(_REASON_ORDER)), n))
 
 
 class GpuList(NamedTuple):
@@ -119,6 +192,27 @@ class _NvmlPciInfo(ctypes.Structure):
 
 class _NvmlUtilization(ctypes.Structure):
     _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+class _NvmlProcessInfoV1(ctypes.Structure):
+    # nvmlProcessInfo_v1_t: what the unversioned nvmlDevice*RunningProcesses fill.
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+class _NvmlProcessInfo(ctypes.Structure):
+    # nvmlProcessInfo_t (== nvmlProcessInfo_v2_t): what the _v2 and _v3 functions fill.
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
+
+
+#: The process-list functions, newest first, with the struct each fills.
+_PROCESS_FUNCTIONS: tuple[tuple[str, Any], ...] = (
+    ("_v3", _NvmlProcessInfo), ("_v2", _NvmlProcessInfo), ("", _NvmlProcessInfoV1),
+)
 
 
 class Nvml:
@@ -246,19 +340,112 @@ class Nvml:
                   else "nvmlDeviceGetPciInfo_v2")
         if self._call(pci_fn, h, ctypes.byref(pci)) == _NVML_SUCCESS:
             bus_id = pci.busId.decode("ascii", "replace") or None
-        sm = self._uint("nvmlDeviceGetClockInfo", h, ctypes.c_int(_NVML_CLOCK_SM))
         sm_max = self._uint("nvmlDeviceGetMaxClockInfo", h, ctypes.c_int(_NVML_CLOCK_SM))
+        mem_max = self._uint("nvmlDeviceGetMaxClockInfo", h, ctypes.c_int(_NVML_CLOCK_MEM))
+        live = self.sample(index)
         return {
             "index": index,
             "name": self._text("nvmlDeviceGetName", h) or "unknown NVIDIA GPU",
             "uuid": self._text("nvmlDeviceGetUUID", h),
             "memory_total_mib": total,
             "memory_used_mib": used,
-            "sm_clock_mhz": None if sm is None else float(sm),
+            "sm_clock_mhz": live["sm_clock_mhz"],
             "sm_clock_max_mhz": None if sm_max is None else float(sm_max),
             "compute_capability": cc,
             "pci_bus_id": bus_id,
+            "mem_clock_mhz": live["mem_clock_mhz"],
+            "mem_clock_max_mhz": None if mem_max is None else float(mem_max),
+            "util_pct": live["util_pct"],
+            "power_w": live["power_w"],
+            "power_limit_w": self.power_limit_w(index),
+            "temp_c": live["temp_c"],
+            "clock_events": live["clock_events"],
+            "processes": self.processes(index),
         }
+
+    def max_sm_clock_mhz(self, index: int) -> float | None:
+        """The GPU's highest SM clock (its boost ceiling), or None."""
+        value = self._uint("nvmlDeviceGetMaxClockInfo", self._handles[index],
+                           ctypes.c_int(_NVML_CLOCK_SM))
+        return None if value is None else float(value)
+
+    def power_limit_w(self, index: int) -> float | None:
+        """The power limit the driver enforces now, in W (None if not reported)."""
+        h = self._handles[index]
+        mw = self._uint("nvmlDeviceGetEnforcedPowerLimit", h)
+        if mw is None:
+            mw = self._uint("nvmlDeviceGetPowerManagementLimit", h)
+        return None if mw is None else mw / 1000.0
+
+    def clock_events(self, index: int) -> list[str] | None:
+        """The clock-event (throttle) reasons active now, by name; None if unreadable.
+
+        ``nvmlDeviceGetCurrentClocksEventReasons`` is R535's name for
+        ``nvmlDeviceGetCurrentClocksThrottleReasons``; older drivers have only the latter.
+        """
+        mask = ctypes.c_ulonglong(0)
+        for name in ("nvmlDeviceGetCurrentClocksEventReasons",
+                     "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            code = self._call(name, self._handles[index], ctypes.byref(mask))
+            if code == _NVML_SUCCESS:
+                return clock_events_from_mask(mask.value)
+            if code != -1:  # the symbol exists and refused: the other name will too
+                return None
+        return None
+
+    def processes(self, index: int, own_pid: int | None = None) -> list[dict[str, Any]] | None:
+        """The processes holding a context on GPU ``index`` (compute and graphics lists,
+        merged by pid), shaped like ``protocol.GpuProcess``; this process excluded.
+
+        Returns None when neither list could be read (e.g. not supported under MIG).
+        """
+        own = os.getpid() if own_pid is None else own_pid
+        found: dict[int, float | None] = {}
+        read_any = False
+        for kind in ("Compute", "Graphics"):
+            got = self._process_list(index, kind)
+            if got is None:
+                continue
+            read_any = True
+            for pid, used in got:
+                if pid == own or pid <= 0:
+                    continue
+                # A process in both lists ("C+G") holds one context: keep its larger figure.
+                known = [m for m in (found.get(pid), used) if m is not None]
+                found[pid] = max(known) if known else None
+        if not read_any:
+            return None
+        names = _ProcNames()
+        return [{"pid": pid, "name": names.name(pid), "used_mib": used}
+                for pid, used in sorted(found.items())]
+
+    def _process_list(self, index: int, kind: str) -> list[tuple[int, float | None]] | None:
+        """``(pid, used MiB)`` from one of NVML's process lists, or None if unreadable."""
+        h = self._handles[index]
+        for suffix, struct in _PROCESS_FUNCTIONS:
+            name = f"nvmlDeviceGet{kind}RunningProcesses{suffix}"
+            if not self._has(name):
+                continue
+            slots = _NVML_PROCESS_SLOTS
+            for _attempt in range(3):
+                count = ctypes.c_uint(slots)
+                infos = (struct * slots)()
+                code = self._call(name, h, ctypes.byref(count), infos)
+                if code == _NVML_ERROR_INSUFFICIENT_SIZE and count.value > slots:
+                    # More processes than slots: NVML said how many; a few more may
+                    # start before the next call.
+                    slots = min(count.value + 8, 4096)
+                    continue
+                if code != _NVML_SUCCESS:
+                    return None
+                out = []
+                for info in infos[:min(count.value, slots)]:
+                    used = info.usedGpuMemory
+                    mib = None if used == _NVML_VALUE_NOT_AVAILABLE else used / _MIB
+                    out.append((int(info.pid), mib))
+                return out
+            return None
+        return None
 
     def virtualization_mode(self, index: int) -> str | None:
         """``"pass-through"``, ``"vgpu"`` (a guest's virtual GPU), ... or None if unknown.
@@ -277,17 +464,72 @@ class Nvml:
         if self._call("nvmlDeviceGetUtilizationRates", h, ctypes.byref(util)) == 0:
             util_pct = float(util.gpu)
         _total, used = self._memory(h)
-        sm = self._uint("nvmlDeviceGetClockInfo", h, ctypes.c_int(_NVML_CLOCK_SM))
-        milliwatts = self._uint("nvmlDeviceGetPowerUsage", h)
-        temp = self._uint("nvmlDeviceGetTemperature", h, ctypes.c_int(_NVML_TEMPERATURE_GPU))
+        clocks = self.clocks(index)
         return {
             "index": index,
             "util_pct": util_pct,
             "mem_used_mib": used,
+            "sm_clock_mhz": clocks["sm_clock_mhz"],
+            "power_w": clocks["power_w"],
+            "temp_c": clocks["temp_c"],
+            "mem_clock_mhz": clocks["mem_clock_mhz"],
+            "clock_events": clocks["clock_events"] or [],
+        }
+
+    def clocks(self, index: int) -> dict[str, Any]:
+        """SM and memory clocks (MHz), power (W), temperature (°C) and the active
+        clock-event reasons (a list, or None if unreadable) of one GPU: the readings the
+        Tier-1 clock sampler takes a few times a second (tens of µs each)."""
+        h = self._handles[index]
+        sm = self._uint("nvmlDeviceGetClockInfo", h, ctypes.c_int(_NVML_CLOCK_SM))
+        mem = self._uint("nvmlDeviceGetClockInfo", h, ctypes.c_int(_NVML_CLOCK_MEM))
+        milliwatts = self._uint("nvmlDeviceGetPowerUsage", h)
+        temp = self._uint("nvmlDeviceGetTemperature", h, ctypes.c_int(_NVML_TEMPERATURE_GPU))
+        return {
             "sm_clock_mhz": None if sm is None else float(sm),
+            "mem_clock_mhz": None if mem is None else float(mem),
             "power_w": None if milliwatts is None else milliwatts / 1000.0,
             "temp_c": None if temp is None else float(temp),
+            "clock_events": self.clock_events(index),
         }
+
+
+class _ProcNames:
+    """Process names from ``/proc/PID/comm``, given only where NVML's pids are ours.
+
+    NVML reports pids as the host sees them. Inside a container with its own pid
+    namespace (``NSpid`` in ``/proc/self/status`` lists more than one pid) the same
+    numbers name other processes here, or none, so no name is given there at all.
+    """
+
+    def __init__(self, proc: str = "/proc") -> None:
+        self.proc = proc
+        self.ours = pids_are_ours(_read_small(os.path.join(proc, "self", "status")))
+
+    def name(self, pid: int) -> str:
+        if not self.ours:
+            return ""
+        text = _read_small(os.path.join(self.proc, str(pid), "comm"))
+        return "" if text is None else text.strip()[:64]
+
+
+def pids_are_ours(status_text: str | None) -> bool:
+    """Whether this process lives in the initial pid namespace (``NSpid`` has one pid).
+
+    A kernel too old to print ``NSpid`` (before 4.1) cannot say: taken as ours.
+    """
+    if status_text is None:
+        return True
+    m = re.search(r"^NSpid:\s*(.*)$", status_text, re.M)
+    return m is None or len(m.group(1).split()) <= 1
+
+
+def _read_small(path: str, limit: int = 1 << 16) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(limit)
+    except OSError:
+        return None
 
 
 # nvmlGpuVirtualizationMode_t
@@ -346,8 +588,13 @@ class _NvmlState:
 _NVML = _NvmlState()
 
 
+def nvml_session(nvml_lib: str = NVML_LIB) -> Nvml | None:
+    """The process's open NVML session (opened on first use), or None without NVML."""
+    return _NVML.get(nvml_lib)
+
+
 # ----------------------------------------------------------------------------- nvidia-smi parsers
-_NA = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]",
+_NA = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "not found",
        "[insufficient permissions]", "[gpu is lost]", "[requested functionality has been "
        "deprecated]"}
 
@@ -430,8 +677,23 @@ def samples_from_query(rows: list[dict[str, str | None]]) -> list[dict[str, Any]
             "sm_clock_mhz": _number(row.get("clocks.sm")),
             "power_w": _number(row.get("power.draw")),
             "temp_c": _number(row.get("temperature.gpu")),
+            "mem_clock_mhz": _number(row.get("clocks.mem")),
+            "clock_events": events_from_hex(row.get("clocks_event_reasons.active")
+                                            or row.get("clocks_throttle_reasons.active")),
         })
     return samples
+
+
+def events_from_hex(value: str | None) -> list[str]:
+    """Reason names from nvidia-smi's ``0x0000000000000001``-style bitmask ([] if absent)."""
+    value = _clean(value)
+    if value is None:
+        return []
+    try:
+        mask = int(value, 16)
+    except ValueError:
+        return []
+    return clock_events_from_mask(mask & ((1 << 64) - 1))
 
 
 _SMI_HEADER = re.compile(
@@ -498,12 +760,66 @@ def _xml_text(node: ET.Element | None, path: str) -> str | None:
     return None if found is None or found.text is None else _clean(found.text)
 
 
-def parse_nvidia_smi_xml(text: str) -> dict[str, Any]:
+def xml_clock_events(node: ET.Element) -> list[str] | None:
+    """Active reasons from a ``<gpu>``'s ``<clocks_event_reasons>`` (R535+) or
+    ``<clocks_throttle_reasons>`` (before): the children whose text is ``Active``.
+
+    Returns None when the GPU element has neither block.
+    """
+    block = node.find("clocks_event_reasons")
+    prefix = "clocks_event_reason_"
+    if block is None:
+        block = node.find("clocks_throttle_reasons")
+        prefix = "clocks_throttle_reason_"
+    if block is None:
+        return None
+    active: list[str] = []
+    for child in block:
+        if (child.text or "").strip().lower() != "active" or not child.tag.startswith(prefix):
+            continue
+        suffix = child.tag[len(prefix):]
+        active.append(_XML_REASONS.get(suffix, suffix[:64]))
+    return sort_clock_events(active)
+
+
+def xml_processes(node: ET.Element, own_pid: int | None = None) -> list[dict[str, Any]] | None:
+    """``protocol.GpuProcess`` dicts from a ``<gpu>``'s ``<processes>`` (None when absent).
+
+    A pid in both the compute and the graphics list appears once (its larger memory).
+    """
+    block = node.find("processes")
+    if block is None:
+        return None
+    found: dict[int, dict[str, Any]] = {}
+    for info in block.findall("process_info"):
+        pid = _int(_xml_text(info, "pid"))
+        if pid is None or pid <= 0 or pid == own_pid:
+            continue
+        used = _number(_xml_text(info, "used_memory"))
+        entry = found.get(pid)
+        if entry is None:
+            found[pid] = {"pid": pid, "name": (_xml_text(info, "process_name") or "")[:256],
+                          "used_mib": used}
+        elif used is not None and (entry["used_mib"] is None or used > entry["used_mib"]):
+            entry["used_mib"] = used
+    return [found[pid] for pid in sorted(found)]
+
+
+def parse_nvidia_smi_xml(text: str, own_pid: int | None = None) -> dict[str, Any]:
     """Parse ``nvidia-smi -q -x``.
+
+    Every ``<gpu>`` element is one GPU, in the order nvidia-smi lists them, which is its
+    index order (NVML's, by PCI bus id). ``minor_number`` is the ``/dev/nvidiaN`` number
+    and need not match: on the 4 × K80 fixture the first GPU is minor 1.
+
+    Args:
+        text: The XML.
+        own_pid: A pid to leave out of the process lists (the agent's own).
 
     Returns:
         ``{"driver", "cuda_driver", "gpus", "samples"}`` like
-        :func:`parse_nvidia_smi_text`. The XML has no compute capability.
+        :func:`parse_nvidia_smi_text`, the ``gpus`` with their clocks, power limit,
+        clock-event reasons and processes. The XML has no compute capability.
 
     Raises:
         ValueError: The text is not nvidia-smi's XML.
@@ -516,13 +832,20 @@ def parse_nvidia_smi_xml(text: str) -> dict[str, Any]:
         raise ValueError(f"not nvidia-smi XML: root element is <{root.tag}>")
     gpus: list[dict[str, Any]] = []
     samples: list[dict[str, Any]] = []
-    # nvidia-smi lists devices in index order; the XML carries no index of its own
-    # (minor_number is the /dev/nvidiaN number, which need not match).
     for index, node in enumerate(root.findall("gpu")):
+        # R470+ splits power into gpu_power_readings (instant/average draw, current
+        # limit); older drivers have one power_readings block (draw, enforced limit).
         power = _xml_text(node, "gpu_power_readings/instant_power_draw") or _xml_text(
             node, "gpu_power_readings/power_draw") or _xml_text(node, "power_readings/power_draw")
+        limit = _xml_text(node, "gpu_power_readings/current_power_limit") or _xml_text(
+            node, "power_readings/enforced_power_limit") or _xml_text(
+            node, "power_readings/power_limit")
         used = _number(_xml_text(node, "fb_memory_usage/used"))
         sm = _number(_xml_text(node, "clocks/sm_clock"))
+        mem = _number(_xml_text(node, "clocks/mem_clock"))
+        util = _number(_xml_text(node, "utilization/gpu_util"))
+        temp = _number(_xml_text(node, "temperature/gpu_temp"))
+        events = xml_clock_events(node)
         gpus.append({
             "index": index,
             "name": _xml_text(node, "product_name") or "unknown NVIDIA GPU",
@@ -532,14 +855,24 @@ def parse_nvidia_smi_xml(text: str) -> dict[str, Any]:
             "sm_clock_mhz": sm,
             "sm_clock_max_mhz": _number(_xml_text(node, "max_clocks/sm_clock")),
             "pci_bus_id": _xml_text(node, "pci/pci_bus_id") or node.get("id"),
+            "mem_clock_mhz": mem,
+            "mem_clock_max_mhz": _number(_xml_text(node, "max_clocks/mem_clock")),
+            "util_pct": util,
+            "power_w": _number(power),
+            "power_limit_w": _number(limit),
+            "temp_c": temp,
+            "clock_events": events or [],
+            "processes": xml_processes(node, own_pid),
         })
         samples.append({
             "index": index,
-            "util_pct": _number(_xml_text(node, "utilization/gpu_util")),
+            "util_pct": util,
             "mem_used_mib": used,
             "sm_clock_mhz": sm,
             "power_w": _number(power),
-            "temp_c": _number(_xml_text(node, "temperature/gpu_temp")),
+            "temp_c": temp,
+            "mem_clock_mhz": mem,
+            "clock_events": events or [],
         })
     return {
         "driver": _xml_text(root, "driver_version"),
@@ -565,6 +898,9 @@ def _run_smi(smi: str, args: list[str]) -> tuple[int, str]:
 
 
 _INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
+#: Fields each nvidia-smi (by path) refused once: not asked again, so the 1 Hz telemetry
+#: fallback costs one nvidia-smi call per tick, not one per refused field.
+_SMI_REJECTED: dict[str, set[str]] = {}
 
 
 def query_gpus(smi: str, fields: tuple[str, ...]) -> tuple[list[dict[str, str | None]], str | None]:
@@ -576,8 +912,11 @@ def query_gpus(smi: str, fields: tuple[str, ...]) -> tuple[list[dict[str, str | 
     Returns:
         (rows, error): rows as from :func:`parse_query_csv`; ``error`` is None on success.
     """
-    wanted = list(fields)
+    rejected = _SMI_REJECTED.setdefault(smi, set())
+    wanted = [f for f in fields if f not in rejected]
     for _attempt in range(len(fields)):
+        if not wanted:
+            break
         rc, out = _run_smi(smi, ["--query-gpu=" + ",".join(wanted),
                                  "--format=csv,noheader,nounits"])
         if rc == 0:
@@ -588,11 +927,33 @@ def query_gpus(smi: str, fields: tuple[str, ...]) -> tuple[list[dict[str, str | 
         bad = _INVALID_FIELD.findall(out)
         if not bad or not set(bad) & set(wanted):
             return [], f"nvidia-smi failed (exit {rc}): {out.strip()[:300]}"
+        rejected.update(bad)
         wanted = [f for f in wanted if f not in bad]
     return [], "nvidia-smi rejected every queried field"
 
 
 def _list_gpus_smi(smi: str) -> GpuList:
+    """GPUs from ``nvidia-smi -q -x`` (clocks, reasons and processes included), with
+    the compute capability from ``--query-gpu`` (the XML has none); the CSV query alone
+    where the XML cannot be had."""
+    rc, out = _run_smi(smi, ["-q", "-x"])
+    if rc == 0:
+        try:
+            parsed: dict[str, Any] | None = parse_nvidia_smi_xml(out, own_pid=os.getpid())
+        except ValueError:
+            parsed = None
+        if parsed is not None and parsed["gpus"]:
+            rows, _error = query_gpus(smi, ("index", "compute_cap"))
+            caps = {_int(r.get("index")): r.get("compute_cap") for r in rows}
+            names = _ProcNames()
+            for gpu in parsed["gpus"]:
+                gpu["compute_capability"] = caps.get(gpu["index"])
+                if not names.ours:
+                    # nvidia-smi named host pids from inside a container: not these names.
+                    for proc in gpu["processes"] or []:
+                        proc["name"] = ""
+            return GpuList(parsed["gpus"], parsed["driver"], parsed["cuda_driver"],
+                           "nvidia-smi", None)
     rows, error = query_gpus(smi, QUERY_FIELDS)
     if error is not None:
         return GpuList([], None, None, None, error)
@@ -637,7 +998,8 @@ def list_gpus(nvml_lib: str = NVML_LIB, smi: str | None = None) -> GpuList:
 def telemetry(nvml_lib: str = NVML_LIB, smi: str | None = None) -> list[dict[str, Any]]:
     """Live readings of every GPU, shaped like ``protocol.GpuSample``; cheap (>= 1 Hz).
 
-    NVML stays open between calls; without it, one ``nvidia-smi --query-gpu`` call.
+    NVML stays open between calls; without it, one ``nvidia-smi --query-gpu`` call. Each
+    sample carries the memory clock and the active clock-event reasons.
 
     Returns:
         One dict per GPU; an empty list where no GPU can be read.

@@ -61,6 +61,7 @@ def build_ncu_argv(
     clock_control: str,
     cache_control: str,
     metrics: Sequence[str] | None = None,
+    device_args: Sequence[str] = (),
 ) -> list[str]:
     """The argv of one targeted ncu profile.
 
@@ -79,6 +80,8 @@ def build_ncu_argv(
         clock_control: ``base`` (lock to base clocks) or ``none``.
         cache_control: ``all`` (flush caches between passes) or ``none``.
         metrics: extra metric names (``--metrics``).
+        device_args: ncu's device filter for a run pinned to one GPU
+            (``gpusel.ncu_device_args``: ``--devices 0``), placed before the target.
 
     Returns:
         The argv list. Without a set, sections or metrics, :data:`DEFAULT_SECTIONS` are
@@ -108,6 +111,7 @@ def build_ncu_argv(
     argv = [
         ncu,
         "--target-processes", "all",
+        *device_args,
         "--kernel-name-base", "demangled",
         "-k", "regex:" + regex,
         "--launch-skip", str(launch_skip),

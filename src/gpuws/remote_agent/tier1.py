@@ -244,6 +244,7 @@ def timing_loop(
     flush: Optional[Callable[[], None]] = None,
     hold: Optional[Callable[[float], None]] = None,
     clock: Callable[[], float] = time.perf_counter,
+    on_window: Optional[Callable[[str], None]] = None,
 ) -> LoopResult:
     """Warm up, choose the mode and batch size, and sample until the stop rule holds.
 
@@ -262,6 +263,9 @@ def timing_loop(
             sample, and before each batched hot sample so the host queues the whole
             batch while the GPU waits (see :func:`make_hold`).
         clock: Wall clock in seconds (a stand-in in tests).
+        on_window: Called with ``"start"`` right before the first timed round and with
+            ``"end"`` right after the last, so the clocks read meanwhile (:mod:`.clocks`)
+            are those of the samples, not of the warm-up.
 
     Returns:
         The samples and how they were taken.
@@ -298,6 +302,8 @@ def timing_loop(
     samples: List[float] = []
     sample_s = max(batch * est.gpu_ms + hold_ms, 1e-6) / 1000.0  # refined every round
     reason = "max_seconds"
+    if on_window is not None:
+        on_window("start")
     while True:
         remaining = max_seconds - (clock() - t0)
         count = int(min(ROUND_MAX_SAMPLES, ROUND_S / sample_s, max(remaining, 0.0) / sample_s))
@@ -321,6 +327,8 @@ def timing_loop(
             break
         if clock() - t0 >= max_seconds:
             break
+    if on_window is not None:
+        on_window("end")
     return LoopResult(samples, batch, reason, est.gpu_ms, clock() - t0,
                       "cold" if cold else "hot", hold_ms if cold else 0.0)
 
@@ -411,6 +419,7 @@ def run_tier1(
     flush: Optional[L2Flush] = None,
     hold: Optional[Callable[[float], None]] = None,
     clock: Callable[[], float] = time.perf_counter,
+    on_window: Optional[Callable[[str], None]] = None,
 ) -> Dict[str, Any]:
     """Time a set-up workload and derive bandwidth and FLOP rate.
 
@@ -430,6 +439,7 @@ def run_tier1(
         flush: Stand-in L2 flush (tests); default :func:`make_l2_flush` unless hot.
         hold: Stand-in GPU wait (tests); with the default timer, :func:`make_hold`.
         clock: Wall clock in seconds.
+        on_window: Told when the timed rounds start and end (see :func:`timing_loop`).
 
     Returns:
         A dict that decodes as ``protocol.Tier1Result`` (``type`` included, envelope
@@ -470,6 +480,7 @@ def run_tier1(
         workload.run, timer=timer, emit=emit, mode=loop_mode, target_ci=target_ci,
         max_seconds=max_seconds, min_samples=min_samples, warmup=warmup,
         flush=flush.fn if flush is not None else None, hold=hold, clock=clock,
+        on_window=on_window,
     )
     short = result.est_ms < BATCH_BELOW_MS
     if mode == "cold" and short:

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from . import procs, wire
+from . import clocks, gpusel, procs, wire
 
 if TYPE_CHECKING:
     from .worker import RunContext
@@ -42,14 +42,19 @@ class WorkloadError(Exception):
 
 
 class Pod:
-    """What the worker needs to know about the pod, probed once per run."""
+    """What the worker needs to know about the pod, probed once per run.
 
-    def __init__(self) -> None:
+    ``gpu_index``: the GPU the run uses (``RunContext.gpu``), whose architecture decides
+    which ncu fits; None: the first GPU.
+    """
+
+    def __init__(self, gpu_index: Optional[int] = None) -> None:
         from .probe import probe
 
         self.facts = probe()
         gpus = self.facts.get("gpus") or []
-        self.cc: Optional[str] = gpus[0].get("compute_capability") if gpus else None
+        mine = [g for g in gpus if g.get("index") == gpu_index] or gpus[:1]
+        self.cc: Optional[str] = mine[0].get("compute_capability") if mine else None
         self.driver: Optional[str] = self.facts.get("driver")
         self.counters: Dict[str, Any] = self.facts.get("counters") or {}
 
@@ -77,11 +82,17 @@ def execute(ctx: "RunContext") -> None:
         ref = parse_workload(str(ctx.spec["workload"]))
     except ValueError as exc:
         raise WorkloadError(str(exc)) from exc
-    pod = Pod()
+    pod = Pod(run_gpu_index(ctx))
     if ref.kind == "cmd":
         run_command(ctx, ref.target, pod)
     else:
         run_python(ctx, ref, pod)
+
+
+def run_gpu_index(ctx: "RunContext") -> Optional[int]:
+    """NVML's index of the GPU the run uses, or None when it is not known."""
+    gpu = ctx.gpu.gpu
+    return None if gpu is None else int(gpu["index"])
 
 
 def tiers_of(ctx: "RunContext") -> List[int]:
@@ -234,22 +245,41 @@ def run_child(ctx: "RunContext", mode: str, *args: str, tier: int) -> procs.Proc
 
 
 def tier1(ctx: "RunContext") -> None:
+    """The ``tier1`` child, with the GPU's clocks read while it samples (:mod:`.clocks`):
+    its ``tier1_result`` leaves with ``clocks`` added, or without any where NVML cannot
+    read the run's GPU."""
     argv = child_argv(ctx, "tier1")
     ctx.emit(wire.make("tier_started", tier=1, name="CUDA events", argv=argv))
     t0 = time.time()
     gpu: Dict[str, float] = {"s": 0.0}
     orig = ctx.emit
+    sampler = clocks.sampler_for(run_gpu_index(ctx))
 
     def watch(event: Dict[str, Any]) -> None:
-        if event.get("type") == "samples":
+        kind = event.get("type")
+        if kind == clocks.WINDOW_EVENT:
+            if sampler is not None:
+                sampler.mark(str(event.get("edge")))
+            return  # the child's private marker: never in the run's log
+        if kind == "samples":
             gpu["s"] += sum(event.get("values_ms") or []) * int(event.get("batch") or 1) / 1000
+        elif kind == "tier1_result":
+            # Only clocks this worker read go out: whatever a workload wrote there is dropped.
+            event = {k: v for k, v in event.items() if k != "clocks"}
+            summary = sampler.summary() if sampler is not None else None
+            if summary is not None:
+                event["clocks"] = summary
         orig(event)
 
     ctx.emit = watch
+    if sampler is not None:
+        sampler.start()
     try:
         run_child(ctx, "tier1", tier=1)
     finally:
         ctx.emit = orig
+        if sampler is not None:
+            sampler.stop()
     ctx.emit(wire.make("tier_finished", tier=1, status="ok", wall_s=time.time() - t0,
                        gpu_s=gpu["s"], source="CUDA events (CuPy)"))
 
@@ -403,6 +433,7 @@ def tier2_ncu(ctx: "RunContext", ncu: str, target: List[str], python: bool,
 
     argv = [ncu, "--metrics", "gpu__time_duration.sum", "--csv", "--page", "raw",
             "--kernel-name-base", "demangled", "--target-processes", "all",
+            *gpusel.ncu_device_args(ctx.gpu),
             "--clock-control", str(ctx.spec.get("clock_control") or "none")]
     if python:
         argv += ["--profile-from-start", "off"]
@@ -483,7 +514,8 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
                                                       else list(DEFAULT_SECTIONS)),
             replay_mode=ctx.spec.get("replay_mode"),
             clock_control=str(ctx.spec.get("clock_control") or "none"),
-            cache_control=str(ctx.spec.get("cache_control") or "all"))
+            cache_control=str(ctx.spec.get("cache_control") or "all"),
+            device_args=gpusel.ncu_device_args(ctx.gpu))
         if python:
             # Only what runs between cudaProfilerStart/Stop: the workload, not its setup.
             argv[1:1] = ["--profile-from-start", "off"]

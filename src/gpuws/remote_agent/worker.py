@@ -13,7 +13,7 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional, Set
 
-from . import procs, runs, wire
+from . import gpusel, procs, runs, wire
 from .safefiles import NotRegular, kind_of, sha256_regular
 
 Emit = procs.Emit
@@ -43,6 +43,9 @@ class RunContext:
         self.announced: Set[str] = set()
         self.skipped: Set[str] = set()
         self.exit_code: Optional[int] = None
+        #: The GPU the run uses (:func:`choose_gpu`); every tier pins to it through
+        #: :attr:`env` (and ncu's device filter), none chooses one of its own.
+        self.gpu: gpusel.Choice = gpusel.Choice(None, False, [])
         #: Bounds of one :meth:`announce_artifacts` pass (what a workload leaves is
         #: untrusted: the worker must reach ``run_finished`` whatever it is).
         self.hash_budget_s = HASH_BUDGET_S
@@ -183,6 +186,50 @@ def artifact_kind(name: str) -> str:
 RESERVE_BYTES = 64 * 1024
 
 
+def choose_gpu(ctx: RunContext) -> Optional[str]:
+    """Resolve ``RunSpec.gpu`` against the pod's GPUs and pin the run's environment.
+
+    Sets :attr:`RunContext.gpu`. Never raises: a listing that fails leaves the GPU
+    unknown (and, when one was asked for, the run refused with the reason).
+
+    Returns:
+        The ``CUDA_VISIBLE_DEVICES`` value that pinning replaced, or None.
+    """
+    wanted = ctx.spec.get("gpu")
+    wanted = None if wanted is None else str(wanted)
+    try:
+        from .gpuinfo import list_gpus
+
+        found = list_gpus()
+        choice = gpusel.choose(wanted, ctx.env, found.gpus, found.error)
+    except Exception as exc:  # the first event must come whatever the driver does
+        why = "the pod's GPUs could not be listed (%s: %s)" % (type(exc).__name__, exc)
+        choice = gpusel.Choice(None, False, [], why if wanted is not None else None,
+                               "run `gpuws doctor` to see what the pod reports")
+    ctx.gpu = choice
+    return gpusel.pin(ctx.env, choice)
+
+
+def announce_gpu(ctx: RunContext, replaced: Optional[str]) -> None:
+    """Before the tiers: say which inherited setting pinning replaced, and warn when
+    other processes use the run's GPU (their work skews every figure)."""
+    choice = ctx.gpu
+    if replaced is not None:
+        ctx.emit(wire.make("log", level="info", message=(
+            "CUDA_VISIBLE_DEVICES=%s from the environment replaced by --gpu %s"
+            % (visible(replaced, 80), visible(str(ctx.spec.get("gpu")), 80)))))
+    if choice.busy and choice.gpu is not None:
+        ctx.emit(wire.make(
+            "diagnosis", code="gpu_busy", severity="warning",
+            title="GPU %s is in use by other processes" % choice.gpu.get("index"),
+            cause=gpusel.busy_sentence(choice),
+            meaning="their work shares this GPU's SMs, memory bandwidth, power and clocks "
+                    "with this run's: every figure of this run may be skewed",
+            remedies=["wait until they finish, or pick an idle GPU with --gpu "
+                      "(`gpuws doctor` lists who uses each GPU)"],
+            details={"gpu": choice.gpu.get("index"), "processes": choice.busy}))
+
+
 def main(run_id: str) -> int:
     # Everything the run writes (reports, the workload's own files) is the user's data on
     # a possibly shared pod: private, whatever umask sshd handed down.
@@ -200,26 +247,36 @@ def main(run_id: str) -> int:
     signal.signal(signal.SIGTERM, on_term)
     ctx = RunContext(run_id, spec, emit)
     start = time.time()
+    replaced = choose_gpu(ctx)
     emit(wire.make("run_started", spec=spec, run_dir=rdir, pid=os.getpid(),
-                   hostname=socket.gethostname()))
+                   hostname=socket.gethostname(), gpu=gpusel.target_event(ctx.gpu)))
     status, error = "ok", None
     # Tracebacks go to worker.log only after the final event: on a full disk that log
     # competes for the same space, and the final event matters more.
     failure = ""
-    try:
-        from . import tiers  # the tiers pull in more modules; keep startup of `serve` light
+    if ctx.gpu.error is not None:
+        # A GPU that is not there: refused before any tier, in one line with the choices.
+        emit(wire.make("diagnosis", code="no_such_gpu", severity="error",
+                       title="The GPU asked for is not on this pod", cause=ctx.gpu.error,
+                       remedies=[ctx.gpu.remedy] if ctx.gpu.remedy else []))
+        status, error = "failed", ctx.gpu.error + ("; " + ctx.gpu.remedy
+                                                   if ctx.gpu.remedy else "")
+    else:
+        try:
+            from . import tiers  # the tiers pull in more modules; keep startup of `serve` light
 
-        tiers.execute(ctx)
-        if procs.CANCELLED["flag"]:
-            status, error = "cancelled", "cancelled by request"
-        elif ctx.exit_code not in (None, 0):
-            status, error = "failed", "the workload exited with code %s" % ctx.exit_code
-    except Exception as exc:
-        status = "cancelled" if procs.CANCELLED["flag"] else "failed"
-        # A WorkloadError is already a sentence for people; anything else keeps its type.
-        error = str(exc) if getattr(exc, "for_people", False) else "%s: %s" % (
-            type(exc).__name__, exc)
-        failure = traceback.format_exc()
+            announce_gpu(ctx, replaced)
+            tiers.execute(ctx)
+            if procs.CANCELLED["flag"]:
+                status, error = "cancelled", "cancelled by request"
+            elif ctx.exit_code not in (None, 0):
+                status, error = "failed", "the workload exited with code %s" % ctx.exit_code
+        except Exception as exc:
+            status = "cancelled" if procs.CANCELLED["flag"] else "failed"
+            # A WorkloadError is already a sentence for people; anything else keeps its type.
+            error = str(exc) if getattr(exc, "for_people", False) else "%s: %s" % (
+                type(exc).__name__, exc)
+            failure = traceback.format_exc()
     if log.write_error is None:
         try:
             ctx.announce_artifacts()
