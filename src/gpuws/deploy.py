@@ -237,7 +237,23 @@ async def start_agent(transport: Transport, *, python: str = "python3",
     Hello line (the start of the event stream). Over a terminal (``transport.info.kind``
     is ``pty``) the bundle goes as checksummed text lines (``BOOTSTRAP_TEXT``), and a
     frame is found even behind noise that a terminal put in front of it on its line.
+
+    The bootstrap is the link's first command: when it fails on a pod that turns out
+    to offer only a terminal (:meth:`Transport.switch_to_terminal`), it is started again
+    that way. The transport's :attr:`~Transport.info` is final when this returns.
     """
+    try:
+        started = await _start_once(transport, python=python, timeout=timeout)
+    except GpuwsError:
+        if not await transport.switch_to_terminal():
+            raise
+        started = await _start_once(transport, python=python, timeout=timeout)
+    await transport.settled()
+    return started
+
+
+async def _start_once(transport: Transport, *, python: str,
+                      timeout: float) -> tuple[RemoteProcess, DeployResult, bytes]:
     bundle = build_bundle()
     text_mode = transport.info.kind == "pty"
     t0 = time.monotonic()

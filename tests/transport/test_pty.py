@@ -130,6 +130,7 @@ def test_full_ssh_is_not_probed_and_stays_ssh(ssh_config: Path) -> None:
     async def go() -> None:
         await t.connect()
         try:
+            await t.settled()  # the SFTP probe runs while the agent would start
             assert t.info.kind == "ssh" and t.info.sftp and not t.pty
         finally:
             await t.close()

@@ -24,6 +24,7 @@ def blob(sshd: SshServer, size: int) -> tuple[Path, bytes]:
 async def connected(cfg: Path) -> SSHTransport:
     t = SSHTransport("pod", config_file=str(cfg))
     await t.connect()
+    await t.settled()
     assert t.info.sftp
     return t
 

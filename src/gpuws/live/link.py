@@ -120,7 +120,8 @@ async def dial(target: Target, on_step: OnStep = _no_step,
         how = ("cached on the pod" if result.cache_state == "cached"
                else f"sent {result.transferred / 1024:.1f} KiB")
         on_step("deploy", "ok", clock() - t0,
-                f"agent {result.sha256[:12]} {how} · python {result.hello.python or '?'}")
+                f"agent {result.sha256[:12]} {how} · python {result.hello.python or '?'} · "
+                f"{transport_label(client)}")
         t0 = clock()
         on_step("probe", "running", None, "")
         try:
@@ -195,8 +196,8 @@ async def _connect(transport: Transport, on_step: OnStep, clock: Callable[[], fl
         raise
     info = transport.info
     on_step("connect", "ok", clock() - t0,
-            "local subprocess" if info.kind == "local"
-            else "SFTP available" if info.sftp else "no SFTP: files move over exec")
+            # SFTP is probed while the agent starts: the deploy step says what was found.
+            "local subprocess" if info.kind == "local" else "SSH link up")
     verdict = getattr(transport, "verdict", None)
     if verdict is None:
         on_step("host key", "skipped", None, "no SSH on this machine")

@@ -87,6 +87,23 @@ class Transport(abc.ABC):
     async def start(self, argv: Sequence[str]) -> RemoteProcess:
         """Start ``argv`` on the pod."""
 
+    async def settled(self) -> None:
+        """Wait for the checks :meth:`connect` left running; :attr:`info` is final after.
+
+        (SSH probes for SFTP while the agent starts, rather than before: the probe's
+        round trips are then off the connect's critical path.)
+        """
+        return None  # nothing is left running unless a transport says otherwise
+
+    async def switch_to_terminal(self) -> bool:
+        """The first command failed: is this a pod that offers only a terminal?
+
+        If the server refuses exec the way PTY-only proxies do, the transport uses
+        terminal sessions from now on (``info.kind`` becomes ``pty``) and says True; the
+        caller then starts its command again. False: the failure stands as it is.
+        """
+        return False
+
     async def run(self, argv: Sequence[str], input: bytes | None = None) -> CommandResult:
         """Run ``argv`` to completion and collect its output."""
         proc = await self.start(argv)

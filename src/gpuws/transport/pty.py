@@ -46,7 +46,6 @@ import hashlib
 import re
 import secrets
 import shlex
-import time
 import zlib
 from collections.abc import AsyncIterator, Sequence
 
@@ -176,8 +175,10 @@ class PTYTransport(SSHTransport):
     """SSH that falls back to (or, with ``pty=True``, always uses) terminal sessions.
 
     With ``pty=None`` (the default) the link is plain SSH unless the server refuses exec
-    the way PTY-only proxies do; that is checked only when it has no SFTP subsystem
-    (a proxy never has one), so a normal pod pays nothing for the check.
+    the way PTY-only proxies do. That is checked only when the first command (the agent's
+    bootstrap) fails and the server has no SFTP subsystem (a proxy never has one), through
+    :meth:`switch_to_terminal`; so a normal pod pays nothing for the check, and the SFTP
+    probe need not finish before the bootstrap starts.
 
     Args:
         destination: an ssh alias or ``user@host[:port]``.
@@ -204,25 +205,30 @@ class PTYTransport(SSHTransport):
 
     # -- connecting and detecting
     async def connect(self) -> None:
-        t0 = time.monotonic()
         await super().connect()
-        if self.pty_mode is False:
-            return
-        if self.pty_mode:
-            reason = "asked for with --pty"
-        elif self.info.sftp:
-            return
-        else:
-            found = await self._exec_refused()
-            if found is None:
-                return
-            reason = found
+        if self.pty_mode or self.pty:  # asked for, or found before this reconnect
+            self._use_terminal(self.pty_reason or "asked for with --pty")
+
+    async def switch_to_terminal(self) -> bool:
+        """After the first command failed: terminal sessions, if exec is refused here."""
+        if self.pty or self.pty_mode is not None:
+            return False
+        await self.settled()
+        if self.info.sftp:
+            return False  # a PTY-only proxy never has SFTP: the failure is a real one
+        found = await self._exec_refused()
+        if found is None:
+            return False
+        self._use_terminal(found)
+        return True
+
+    def _use_terminal(self, reason: str) -> None:
         self.pty = True
         self.pty_reason = reason
         self.info = TransportInfo(
             kind="pty", target=self.info.target, sftp=False,
             notes=[*self.target.notes, f"{LIMITS}; detected: {reason}", REMEDY],
-            connect_s=time.monotonic() - t0, dead_link_bound_s=self.keepalive.bound_s)
+            connect_s=self.info.connect_s, dead_link_bound_s=self.keepalive.bound_s)
 
     async def _detect_sftp(self) -> None:
         if self.pty_mode:  # a terminal link moves files without SFTP: do not ask for it

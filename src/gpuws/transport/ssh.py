@@ -28,6 +28,7 @@ at this boundary and nowhere else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
@@ -300,6 +301,7 @@ class SSHTransport(Transport):
         self._hops: list[SSHTransport] = []
         self._proxy: ProxyCommand | None = None
         self._sftp: asyncssh.SFTPClient | None = None
+        self._sftp_probe: asyncio.Task[None] | None = None
         self._handshake: asyncssh.SSHClientConnection | None = None
         self._closing = False
         self._offered = OfferedKeys()
@@ -311,10 +313,29 @@ class SSHTransport(Transport):
         return self._conn
 
     async def connect(self) -> None:
+        """Open the link; the SFTP probe goes on in the background (see :meth:`settled`).
+
+        The probe is about four round trips (channel, subsystem, version, limits: 47 ms
+        on loopback, 89 ms at a 20 ms RTT) that nothing needs before the agent has
+        started, so it overlaps the bootstrap instead of delaying it.
+        """
         t0 = time.monotonic()
         await self.open_link()
         self.info.connect_s = time.monotonic() - t0
-        await self._detect_sftp()
+        self._sftp_probe = asyncio.create_task(self._detect_sftp(), name="gpuws-sftp-probe")
+
+    async def settled(self) -> None:
+        """Wait for the SFTP probe; ``info.sftp`` (and its note) is final after it."""
+        probe = self._sftp_probe
+        if probe is not None and not probe.cancelled():
+            await asyncio.shield(probe)
+
+    async def _stop_sftp_probe(self) -> None:
+        probe, self._sftp_probe = self._sftp_probe, None
+        if probe is not None and not probe.done():
+            probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await probe
 
     async def open_link(self, tunnel: asyncssh.SSHClientConnection | None = None) -> None:
         """Open the SSH connection (through its jump hosts or ProxyCommand), no SFTP yet.
@@ -323,6 +344,7 @@ class SSHTransport(Transport):
             tunnel: reach the host through this connection (a later ``ProxyJump`` hop).
         """
         if self._conn is not None or self._hops or self._proxy is not None:
+            await self._stop_sftp_probe()
             await self._close_chain()  # a reconnect: drop what is left of the last link
         self._closing = False
         self.lost_reason = None
@@ -378,6 +400,10 @@ class SSHTransport(Transport):
             # An 8 MiB receive window: asyncssh's 2 MiB default made the pod wait a round
             # trip for window updates (SFTP pull 0.60x scp at 20 ms RTT; 2.35x with this).
             "window": 8 << 20,
+            # AES-GCM first (AES-NI, one C call per packet), where asyncssh's default puts
+            # chacha20-poly1305 first, whose Poly1305 it runs per packet through Python:
+            # 256 MiB over SFTP cost ~0.8 s more CPU with it (docs/performance.md §4).
+            "encryption_algs": PREFERRED_CIPHERS,
         }
         if tunnel is not None:
             opts["tunnel"] = tunnel
@@ -488,13 +514,18 @@ class SSHTransport(Transport):
                    "--accept-new to record it")
 
     async def _detect_sftp(self) -> None:
+        conn = self._conn
+        if conn is None:
+            return
         try:
-            self._sftp = await self.conn.start_sftp_client()
+            self._sftp = await conn.start_sftp_client()
             self.info.sftp = True
         except (asyncssh.Error, OSError):
             self._sftp = None
             self.info.sftp = False
-            self.info.notes.append("no SFTP subsystem: files move through the exec channel")
+            if not conn.is_closed():  # a link that died meanwhile says nothing about SFTP
+                self.info.notes.append("no SFTP subsystem: files move through the exec "
+                                       "channel")
 
     async def start(self, argv: Sequence[str]) -> RemoteProcess:
         try:
@@ -505,6 +536,7 @@ class SSHTransport(Transport):
 
     async def read_file(self, path: str, offset: int, agent_argv: Sequence[str],
                         chunk: int = 1 << 20) -> AsyncIterator[bytes]:
+        await self.settled()
         if self._sftp is not None:
             try:
                 async for data in _read_ahead(self._sftp, path, offset, chunk):
@@ -541,6 +573,7 @@ class SSHTransport(Transport):
 
     async def close(self) -> None:
         self._closing = True
+        await self._stop_sftp_probe()
         if self._sftp is not None:
             self._sftp.exit()
             self._sftp = None
@@ -564,6 +597,9 @@ class SSHTransport(Transport):
             self._proxy = None
 
 
+#: Ciphers offered, in order: OpenSSH's own set (the server picks the first it shares).
+PREFERRED_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com",
+                     "chacha20-poly1305@openssh.com", "aes128-ctr", "aes192-ctr", "aes256-ctr")
 #: Bytes of SFTP reads kept in flight. One read at a time left the link idle for a round
 #: trip per chunk (30 MB/s at a 20 ms RTT where scp made 56); several in flight fill the
 #: SSH channel's window instead.
