@@ -326,7 +326,8 @@ class Nvml:
         return None, None
 
     def gpu(self, index: int) -> dict[str, Any]:
-        """Static facts of one GPU, shaped like ``protocol.Gpu``."""
+        """One GPU as the probe shows it, shaped like ``protocol.Gpu``: what it is, its
+        clocks, power and temperature now, the active clock-event reasons and who uses it."""
         h = self._handles[index]
         total, used = self._memory(h)
         major, minor = ctypes.c_int(0), ctypes.c_int(0)
