@@ -29,20 +29,20 @@ def test_csv_reports_render_metrics_stalls_and_findings() -> None:
     assert raw[0]["source"] == "ncu_csv_raw" and details[0]["source"] == "ncu_csv_details"
     out = rendered(raw + details)
     assert "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT" in out
-    assert "1.639 ms" in out and "168" in out and "1.12 T" in out and "809 FLOP/B" in out
+    assert "1.639 ms" in out and "168" in out and "1.12 TFLOP" in out and "809 FLOP/B" in out
     assert "gmma" in out and "long scoreboard" in out
     # Findings are ordered by estimated speedup; those without one come last.
     order = [out.index(rule) for rule in ("MemoryL2Compression", "IssueSlotUtilization",
                                           "SOLBottleneck")]
     assert order == sorted(order)
-    assert "15.6 % (global)" in out
+    assert "15.6% (global)" in out
     # A value ncu did not give is shown as missing, not as zero.
     assert "Tensor pipe active" in out and "—" in out
 
 
 def test_saxpy_numbers_as_a_person_reads_them() -> None:
     out = rendered(read_report(FIXTURES / "saxpy_raw.csv"))
-    for text in ("246.5 us", "66.3 %", "100.0 %", "1024 B", "(262144, 1, 1)", "81.3"):
+    for text in ("246.5 µs", "66.3%", "100.0%", "1.0 KiB", "(262144, 1, 1)", "81.3"):
         assert text in out, text
 
 
@@ -83,7 +83,7 @@ def test_ncu_rep_through_the_module(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(ncu_reader, "load_ncu_report_module", lambda ncu_path=None: module)
     (kernel,) = read_report(rep)
     assert kernel["kernel"] == "k(int)" and kernel["metrics"]["duration_ns"] == 1234.0
-    assert "1.234 us" in rendered([kernel])
+    assert "1.2 µs" in rendered([kernel])
 
 
 def test_missing_empty_and_profile_less_files(tmp_path: Path) -> None:
@@ -100,11 +100,45 @@ def test_missing_empty_and_profile_less_files(tmp_path: Path) -> None:
 
 
 def test_format_metric() -> None:
-    assert format_metric("duration_ns", 246_528.0) == "246.5 us"
+    """The report formats as every other face does (gpuws.humanfmt)."""
+    assert format_metric("duration_ns", 246_528.0) == "246.5 µs"
     assert format_metric("duration_ns", 950.0) == "950 ns"
-    assert format_metric("duration_ns", 2.5e9) == "2.5 s"
-    assert format_metric("shared_mem_per_block", 189_660.0) == "190 KB"
-    assert format_metric("dram_bytes", 1.380e9) == "1.38 GB"
+    assert format_metric("duration_ns", 2.5e9) == "2.500 s"
+    assert format_metric("shared_mem_per_block", 189_660.0) == "185.2 KiB"
+    assert format_metric("dram_bytes", 1.380e9) == "1.3 GiB"
+    assert format_metric("flops", 1.12e12) == "1.12 TFLOP"
+    assert format_metric("duration_ns", float("nan")) == "—"
     assert format_metric("l2_hit_pct", None) == "—"
     assert format_metric("registers_per_thread", 168.0) == "168"
     assert rendered([]).strip() == "no profiled kernels"
+
+
+@pytest.mark.parametrize("name,sm,dram", [
+    # What ncu measured on the H200 (tests/fixtures/README.md): its SpeedOfLight section
+    # records the SM and DRAM frequency of each launch, raw page and details page alike.
+    ("saxpy_raw.csv", "SM 1,479 MHz", "DRAM 3,199 MHz"),
+    ("saxpy_details.csv", "SM 1,492 MHz", "DRAM 3,199 MHz"),
+    ("gemm_raw.csv", "SM 1,345 MHz", "DRAM 3,199 MHz"),
+    ("gemm_details.csv", "SM 1,350 MHz", "DRAM 3,200 MHz"),
+])
+def test_each_launch_shows_the_clocks_ncu_measured(name: str, sm: str, dram: str) -> None:
+    (kernel,) = read_report(FIXTURES / name)
+    out = rendered([kernel])
+    assert f"{sm} · {dram}" in out
+    assert json.loads(report_json([kernel]))[0]["clocks"]["sm_hz"] > 1e9
+
+
+def test_clocks_of_a_real_ncu_rep() -> None:
+    """The recorded H200 report, through the real ncu_report module (the report extra)."""
+    pytest.importorskip("ncu_report")
+    (kernel,) = read_report(Path(__file__).parent / "fixtures" / "recorded" / "saxpy_h200.ncu-rep")
+    assert "SM 1,950 MHz · DRAM 3,198 MHz" in rendered([kernel])
+
+
+def test_pod_text_in_a_report_is_never_markup(tmp_path: Path) -> None:
+    """A kernel named like markup (a report is the pod's word) prints as itself."""
+    (kernel,) = read_report(FIXTURES / "saxpy_raw.csv")
+    kernel["kernel"] = "evil[/]k[bold]"
+    kernel["rules"] = [{"kind": "[/]", "rule": "R[/]", "message": "m[/]", "est_speedup_pct": 1.0}]
+    out = rendered([kernel])
+    assert "evil[/]k[bold]" in out and "R[/]" in out and "m[/]" in out

@@ -33,12 +33,14 @@ def duration(seconds: float | None) -> str:
 
 
 def ms(value: float | None) -> str:
-    """A time given in milliseconds, in the unit that reads best (µs, ms or s)."""
+    """A time given in milliseconds, in the unit that reads best (ns, µs, ms or s)."""
     if value is None:
         return DASH
-    if value < 1.0:
+    if abs(value) < 0.001:
+        return f"{value * 1e6:.0f} ns"
+    if abs(value) < 1.0:
         return f"{value * 1000:.1f} µs"
-    if value < 1000.0:
+    if abs(value) < 1000.0:
         return f"{value:.3f} ms"
     return f"{value / 1000:.3f} s"
 
@@ -85,6 +87,45 @@ def num(value: float | None, unit: str = "", digits: int = 0) -> str:
     return f"{text} {unit}" if unit else text
 
 
+def si(value: float | None, unit: str = "", digits: int = 3) -> str:
+    """A count with an SI prefix and ``digits`` significant digits: ``1.12 TFLOP``."""
+    if value is None:
+        return DASH
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.{digits}g} {prefix}{unit}"
+    return f"{value:.{digits}g} {unit}".rstrip()
+
+
+def mhz(value: float | None) -> str:
+    """A clock in MHz, whole (NVML reports whole MHz): ``1,980 MHz``."""
+    return num(value, "MHz")
+
+
+def watts(value: float | None) -> str:
+    """Power: ``412 W``."""
+    return num(value, "W")
+
+
+def celsius(value: float | None) -> str:
+    """A temperature: ``61 °C``."""
+    return num(value, "°C")
+
+
+def ratio(value: float | None, digits: int = 3) -> str:
+    """A ratio: ``1.234×``."""
+    return DASH if value is None else f"{value:.{digits}f}×"
+
+
+def quantity(value: float | None, unit: str) -> str:
+    """A reading in the unit telemetry gives it (``%``, ``MHz``, ``MiB``, ``W``, ``°C``)."""
+    if unit == "%":
+        return pct(value, 0)
+    if unit == "MiB":
+        return mib(value)
+    return num(value, unit)
+
+
 def when(ts: float | None) -> str:
     """A local date and time, to the minute."""
     if ts is None or not 0 <= ts < 4e9:  # a pod's word: nothing before 1970 or after 2096
@@ -103,7 +144,7 @@ def metric(key: str, value: float | None) -> str:
     if key.endswith("_bytes") or key == "shared_mem_per_block":
         return size(value)
     if key == "arithmetic_intensity":
-        return f"{value:.3f} FLOP/B"
+        return f"{value:,.0f} FLOP/B" if abs(value) >= 100 else f"{value:.3g} FLOP/B"
     if key == "flops":
-        return f"{value:.3g}"
+        return si(value, "FLOP")
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:.4g}"

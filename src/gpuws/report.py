@@ -3,10 +3,16 @@
 The reading is the agent's own (:mod:`gpuws.remote_agent.ncu_reader`), so a report reads
 the same here as on the pod: through NVIDIA's ``ncu_report`` module, which the
 ``ncu-report`` wheel provides without ncu installed, or from ``ncu --csv`` output.
+Each launch also carries the clocks ncu measured it at (its SM and DRAM frequency), since
+every figure in it holds only at those clocks. Numbers are formatted by
+:mod:`gpuws.humanfmt`, as everywhere else; kernel names and findings are shown as text,
+never read as markup.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 from pathlib import Path
@@ -15,9 +21,12 @@ from typing import Any
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
+from . import humanfmt
 from .errors import GpuwsError, UsageError
 from .remote_agent import ncu_reader
+from .textsafe import text as safe
 
 __all__ = ["read_report", "render_report", "report_json"]
 
@@ -40,6 +49,13 @@ _LABELS: dict[str, tuple[str, str]] = {
     "dram_bytes": ("DRAM bytes", "bytes"),
     "arithmetic_intensity": ("Arithmetic intensity", "flop/byte"),
 }
+
+#: The clocks ncu measured each launch at: report metric names, and the details page's
+#: labels (the SpeedOfLight section collects them).
+_CLOCK_METRICS = {"sm_hz": ("gpc__cycles_elapsed.avg.per_second",
+                            "sm__cycles_elapsed.avg.per_second"),
+                  "dram_hz": ("dram__cycles_elapsed.avg.per_second",)}
+_CLOCK_LABELS = {"SM Frequency": "sm_hz", "DRAM Frequency": "dram_hz"}
 
 
 class ReportError(GpuwsError):
@@ -77,12 +93,18 @@ def read_report(path: str | Path) -> list[dict[str, Any]]:
                        "ncu --import FILE --csv --page raw > FILE.csv") from exc
         try:
             kernels = ncu_reader.read_ncu_rep(str(p), module=module)
+            clocks = _rep_clocks(module, str(p))
         except (OSError, RuntimeError, ValueError) as exc:
             raise ReportError(f"{p.name}: ncu_report could not read it ({exc})",
                               remedy="check that the file was copied whole") from exc
     else:
         text = p.read_text(encoding="utf-8", errors="replace")
         kernels = ncu_reader.read_csv(text)
+        clocks = _csv_clocks(text)
+    for kernel in kernels:
+        found = clocks.get(int(kernel.get("launch") or 0))
+        if found:
+            kernel["clocks"] = found
     if not kernels:
         raise ReportError(f"{p.name} holds no profiled kernel",
                           remedy="check that ncu profiled something (no 'No kernels were "
@@ -102,36 +124,100 @@ def _looks_like_text(path: Path) -> bool:
     return True
 
 
-def _si(value: float, unit: str) -> str:
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}".rstrip()
-    return f"{value:.4g} {unit}".rstrip()
+def _rep_clocks(module: Any, path: str) -> dict[int, dict[str, float]]:
+    """The SM and DRAM clocks of each launch in a report, in ``read_ncu_rep``'s order."""
+    out: dict[int, dict[str, float]] = {}
+    ctx = module.load_report(path)
+    launch = 0
+    for r in range(ctx.num_ranges()):
+        rng = ctx.range_by_idx(r)
+        for a in range(rng.num_actions()):
+            action = rng.action_by_idx(a)
+            names = set(action.metric_names())
+            found: dict[str, float] = {}
+            for key, candidates in _CLOCK_METRICS.items():
+                for name in candidates:
+                    value = _metric_hz(action.metric_by_name(name)) if name in names else None
+                    if value is not None:
+                        found[key] = value
+                        break
+            if found:
+                out[launch] = found
+            launch += 1
+    return out
+
+
+def _metric_hz(metric: Any) -> float | None:
+    try:
+        value = float(metric.as_double())
+        unit = metric.unit()
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if not math.isfinite(value):
+        return None
+    return ncu_reader.scale_value(value, unit if isinstance(unit, str) else None)[0]
+
+
+def _csv_clocks(text: str) -> dict[int, dict[str, float]]:
+    """The SM and DRAM clocks of each launch (by ``ID``) in ncu's raw or details CSV."""
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(('"ID",', "ID,"))), None)
+    if start is None:
+        return {}
+    # As ncu_reader: lines interleaved by the program or ncu never start with a quote.
+    rows = list(csv.reader(io.StringIO("\n".join(
+        [lines[start]] + [ln for ln in lines[start + 1:] if ln.startswith('"')]))))
+    header, body = rows[0], rows[1:]
+    col = {name: i for i, name in enumerate(header)}
+    out: dict[int, dict[str, float]] = {}
+    if "Metric Name" in col and "Metric Value" in col:
+        decimal = ncu_reader.detect_decimal(r[col["Metric Value"]] for r in body
+                                            if len(r) > col["Metric Value"])
+        for r in body:
+            if len(r) <= col["Metric Value"] or not r[col["ID"]].strip().isdigit():
+                continue
+            key = _CLOCK_LABELS.get(r[col["Metric Name"]])
+            unit = r[col["Metric Unit"]] if "Metric Unit" in col else None
+            value = ncu_reader.scale_value(
+                ncu_reader.parse_number(r[col["Metric Value"]], decimal), unit)[0]
+            if key is not None and value is not None:
+                out.setdefault(int(r[col["ID"]]), {})[key] = value
+        return out
+    units = body[0] if body and body[0] and body[0][0] == "" else []
+    data = [r for r in body if r and r[0].strip().isdigit()]
+    wanted = {key: next((col[n] for n in names if n in col), None)
+              for key, names in _CLOCK_METRICS.items()}
+    decimal = ncu_reader.detect_decimal(r[i] for r in data for i in wanted.values()
+                                        if i is not None and i < len(r))
+    for r in data:
+        for key, i in wanted.items():
+            if i is None or i >= len(r):
+                continue
+            unit = units[i] if i < len(units) else None
+            value = ncu_reader.scale_value(ncu_reader.parse_number(r[i], decimal), unit)[0]
+            if value is not None:
+                out.setdefault(int(r[0]), {})[key] = value
+    return out
 
 
 def format_metric(key: str, value: float | None) -> str:
-    """A canonical metric as a person reads it (``246.5 us``, ``66.3 %``, ``—``)."""
+    """A canonical metric as a person reads it (``246.5 µs``, ``66.3%``, ``—``), by
+    :func:`gpuws.humanfmt.metric` like every other face."""
     if value is None or not math.isfinite(value):
-        return "—"
-    kind = _LABELS.get(key, (key, ""))[1]
-    if kind == "time":
-        for factor, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
-            if value >= factor:
-                return f"{value / factor:.4g} {unit}"
-        return f"{value:.4g} ns"
-    if kind == "%":
-        return f"{value:.1f} %"
-    if kind == "count":
-        return f"{value:.0f}"
-    if kind == "bytes":
-        if value < 1e4:
-            return f"{value:.0f} B"
-        return _si(value, "B")
-    if kind == "si":
-        return _si(value, "")
-    if kind == "flop/byte":
-        return f"{value:.3g} FLOP/B"
-    return f"{value:.4g}"
+        return humanfmt.DASH
+    return humanfmt.metric(key, value)
+
+
+def format_clocks(clocks: dict[str, float] | None) -> str:
+    """``SM 1,492 MHz · DRAM 3,199 MHz``: the clocks ncu measured a launch at."""
+    if not clocks:
+        return "not in the report (its SpeedOfLight section was not collected)"
+    parts = []
+    if clocks.get("sm_hz") is not None:
+        parts.append(f"SM {humanfmt.mhz(clocks['sm_hz'] / 1e6)}")
+    if clocks.get("dram_hz") is not None:
+        parts.append(f"DRAM {humanfmt.mhz(clocks['dram_hz'] / 1e6)}")
+    return " · ".join(parts)
 
 
 def _kernel_panel(kernel: dict[str, Any]) -> Panel:
@@ -141,6 +227,7 @@ def _kernel_panel(kernel: dict[str, Any]) -> Panel:
     values = kernel.get("metrics") or {}
     for key, (label, _) in _LABELS.items():
         metrics.add_row(label, format_metric(key, values.get(key)))
+    metrics.add_row("Clocks (as ncu measured)", format_clocks(kernel.get("clocks")))
     parts: list[Any] = [metrics]
 
     stalls = kernel.get("stalls") or []
@@ -149,7 +236,8 @@ def _kernel_panel(kernel: dict[str, Any]) -> Panel:
         st.add_column("reason")
         st.add_column("% of cycles between issues", justify="right")
         for s in stalls:
-            st.add_row(str(s["reason"]).replace("_", " "), f"{float(s['pct']):.1f}")
+            st.add_row(safe(str(s["reason"]).replace("_", " ")),
+                       humanfmt.num(float(s["pct"]), digits=1))
         parts.append(st)
 
     rules = sorted(kernel.get("rules") or [],
@@ -164,19 +252,20 @@ def _kernel_panel(kernel: dict[str, Any]) -> Panel:
         rt.add_column("finding", ratio=1, overflow="fold")
         for r in rules:
             est = r.get("est_speedup_pct")
-            speed = "" if est is None else f"{est:.1f} %" + (
+            speed = "" if est is None else humanfmt.pct(est) + (
                 f" ({r['speedup_type']})" if r.get("speedup_type") else "")
             style = {"OPT": "yellow", "WRN": "magenta", "ERR": "red"}.get(str(r.get("kind")), "")
-            rt.add_row(f"[{style}]{r.get('kind')}[/]" if style else str(r.get("kind")),
-                       str(r.get("rule")), speed, str(r.get("message")))
+            rt.add_row(safe(r.get("kind"), style), safe(r.get("rule")), safe(speed),
+                       safe(r.get("message")))
         parts.append(rt)
 
     shape = " ".join(x for x in (
         f"grid {kernel['grid']}" if kernel.get("grid") else "",
         f"block {kernel['block']}" if kernel.get("block") else "") if x)
-    title = f"launch {kernel.get('launch')}: [bold]{kernel.get('kernel')}[/]"
+    title = Text.assemble(f"launch {kernel.get('launch')}: ",
+                          safe(kernel.get("kernel"), "bold", limit=300))
     return Panel(Group(*parts), title=title, title_align="left",
-                 subtitle=f"{shape}  ·  {kernel.get('source', '')}".strip(" ·"),
+                 subtitle=safe(f"{shape}  ·  {kernel.get('source', '')}".strip(" ·")),
                  subtitle_align="left")
 
 

@@ -22,6 +22,7 @@ from typing import Literal
 
 from . import protocol
 from .errors import StoreError, UsageError
+from .gpus import check_syntax as check_gpu_syntax
 from .kernels.registry import WorkloadError, validate
 
 
@@ -54,6 +55,8 @@ class LaunchOptions:
         timeout: kill a workload process after this many seconds.
         install_cupy: install the CuPy wheel that fits the driver when the pod has none.
         env: ``KEY=VALUE`` items for the workload's environment.
+        gpu: the GPU to run on, an index or a ``GPU-``/``MIG-`` UUID (prefix); None lets
+            CUDA pick (:func:`gpuws.gpus.check_syntax` says what is valid).
     """
 
     workload: str
@@ -76,6 +79,7 @@ class LaunchOptions:
     timeout: float | None = None
     install_cupy: bool = False
     env: tuple[str, ...] = ()
+    gpu: str | None = None
 
 
 TIERS = (1, 2, 3)
@@ -291,9 +295,11 @@ def build_spec(opts: LaunchOptions) -> protocol.RunSpec:
     Raises:
         UsageError: an unknown workload or builtin, a bad builtin parameter, an unreadable
             file, tiers other than 1, 2, 3, a number out of range, an option for a tier
-            not chosen, a bad regex or env item. The remedy lists what is valid.
+            not chosen, a bad regex or env item, a ``gpu`` that is neither an index nor a
+            UUID. The remedy lists what is valid.
     """
     workload, file_name, file_b64 = _workload(opts.workload)
+    gpu = check_gpu_syntax(opts.gpu)
     tiers = _tiers(opts.tiers)
     timing = _timing(opts.timing)
     _check_numbers(opts)
@@ -316,4 +322,4 @@ def build_spec(opts: LaunchOptions) -> protocol.RunSpec:
         replay_mode=opts.replay_mode, clock_control=opts.clock_control,
         cache_control=opts.cache_control, ncu_path=opts.ncu_path, file_name=file_name,
         file_b64=file_b64, env=env, timeout_s=opts.timeout, install_cupy=opts.install_cupy,
-        profile_iters=opts.profile_iters)
+        profile_iters=opts.profile_iters, gpu=gpu)

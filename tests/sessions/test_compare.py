@@ -190,7 +190,7 @@ def test_render_and_json(runs: Store) -> None:
     render_comparison(c, console)
     text = console.export_text()
     assert "fast is 1.2" in text and "faster than base" in text
-    assert "2000 bootstrap resamples" in text
+    assert "2,000 bootstrap resamples" in text
     assert "duration_ns" in text and "-16.7%" in text
     decoded = msgspec.json.decode(comparison_json(c), type=Comparison)
     assert decoded == c

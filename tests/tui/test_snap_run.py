@@ -40,8 +40,9 @@ def replayed(*keys: str) -> Callable[[Pilot[Any]], Awaitable[None]]:
 
         def shown() -> bool:
             screen = app.screen
-            return (isinstance(screen, RunScreen) and screen.panes.model.finished is not None
-                    and app.feed.backlog == 0)
+            # The screen may be pushed and not composed yet: no panes to ask then.
+            return (isinstance(screen, RunScreen) and bool(screen.query("RunPanes"))
+                    and screen.panes.model.finished is not None and app.feed.backlog == 0)
 
         await until(pilot, shown)
         await pilot.pause(0.4)  # the Tier-1 pane's last throttled redraw

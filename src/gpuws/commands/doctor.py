@@ -12,11 +12,11 @@ import msgspec
 from rich.table import Table
 from rich.text import Text
 
-from .. import humanfmt, protocol
+from .. import gpus, humanfmt, protocol
 from ..client import AgentClient
 from ..errors import GpuwsError, UsageError
 from ..live.boundary import check_answer
-from ..protocol import NsysPlan, Probe
+from ..protocol import Gpu, NsysPlan, Probe
 from ..textsafe import text as safe
 from ..textsafe import visible
 from .common import connect, console, print_json
@@ -85,9 +85,11 @@ def _na(value: Any) -> str:
 
 
 def render(r: dict[str, Any]) -> None:
-    out = console()
+    # No markup: every value below is the pod's word (a hostname may hold "[/]").
+    out = console(markup=False)
     s = r["system"]
-    out.print(f"[bold]gpuws doctor[/] · {r['host']} · {s['hostname']}")
+    out.print(Text.assemble(("gpuws doctor", "bold"), " · ", safe(r["host"]), " · ",
+                            safe(s["hostname"])))
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold cyan")
     t.add_column()
@@ -113,9 +115,9 @@ def render(r: dict[str, Any]) -> None:
     if r["nsys"].get("plan") is not None:
         t.add_row("nsys plan", nsys_plan_text(msgspec.convert(r["nsys"]["plan"], NsysPlan)))
     c = r["counters"]
-    verdict = {"allowed": "[green]allowed[/]", "blocked": "[red]blocked[/]"}.get(
-        c["verdict"], "[yellow]unknown[/]")
-    t.add_row("counters", f"{verdict} — {c['reason']}")
+    colour = {"allowed": "green", "blocked": "red"}.get(c["verdict"], "yellow")
+    verdict = c["verdict"] if c["verdict"] in ("allowed", "blocked") else "unknown"
+    t.add_row("counters", Text.assemble((verdict, colour), " — ", safe(c["reason"])))
     tr = r["transport"]
     t.add_row("transport", f"{tr['kind']}" + (", SFTP" if tr["sftp"] else ", no SFTP")
               + "".join(f"\n{n}" for n in tr["notes"]))
@@ -128,22 +130,30 @@ def render(r: dict[str, Any]) -> None:
                          f"{humanfmt.duration(tm['probe_s'])}")
     out.print(t)
     if r["gpus"]:
-        g = Table(title="GPUs", title_justify="left")
-        for col in ("#", "name", "UUID", "memory", "SM clock", "CC"):
-            g.add_column(col)
-        for gpu in r["gpus"]:
-            g.add_row(str(gpu["index"]), gpu["name"], _na(gpu.get("uuid")),
-                      humanfmt.mib(gpu.get("memory_total_mib") or None),
-                      f"{_mhz(gpu.get('sm_clock_mhz'))} / {_mhz(gpu.get('sm_clock_max_mhz'))}"
-                      " MHz", _na(gpu.get("compute_capability")))
-        out.print(g)
+        out.print(gpu_table(msgspec.convert(r["gpus"], list[Gpu])))
     else:
-        out.print(f"[yellow]GPUs: none[/] — {r['gpu_error'] or 'no NVIDIA GPU found'}")
+        out.print(Text.assemble(("GPUs: none", "yellow"), " — ",
+                                safe(r["gpu_error"] or "no NVIDIA GPU found")))
 
 
-def _mhz(v: float | None) -> str:
-    # nvidia-smi reports whole MHz; a float from the JSON must not print as 1980.0.
-    return humanfmt.num(v)
+def gpu_table(gpus_: list[Gpu]) -> Table:
+    """Every GPU of the pod: what it is, how full and fast it is now, and who uses it."""
+    g = Table(title=f"GPUs ({len(gpus_)})", title_justify="left")
+    for col in ("#", "GPU", "memory used", "SM clock", "power", "temp", "clock events",
+                "used by"):
+        g.add_column(col, justify="right" if col in ("#", "temp") else "left",
+                     overflow="fold")
+    for gpu in gpus_:
+        ident = safe(gpu.name, "bold")
+        if gpu.uuid:
+            ident.append("\n" + visible(gpu.uuid, 80), "dim")
+        if gpu.compute_capability:
+            ident.append(f"\nCC {visible(gpu.compute_capability, 10)}", "dim")
+        busy = bool(gpu.processes)
+        g.add_row(str(gpu.index), ident, gpus.memory(gpu), gpus.clocks(gpu), gpus.power(gpu),
+                  humanfmt.celsius(gpu.temp_c), gpus.events(gpu.clock_events),
+                  Text(gpus.processes(gpu.processes), "yellow" if busy else ""))
+    return g
 
 
 # ---------------------------------------------------------------------- Nsight Systems

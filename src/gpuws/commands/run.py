@@ -12,15 +12,13 @@ import asyncio
 import contextlib
 import signal
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
 from rich.table import Table
 from rich.text import Text
 
-from .. import protocol, runspec
+from .. import clocks, gpus, humanfmt, protocol, runspec
 from ..errors import ConnectError, RunError, StoreError, UsageError
 from ..live.boundary import SeqGate
 from ..live.engine import Engine, Notice
@@ -40,6 +38,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", "-w", required=True,
                    help="builtin:NAME[?k=v&...], file:PATH or cmd:COMMAND")
     p.add_argument("--tiers", default="1,2,3", help="comma-separated tiers (default 1,2,3)")
+    p.add_argument("--gpu", metavar="N|UUID",
+                   help="the GPU to run on, through every tier: its index (0, 1, …) or its "
+                        "UUID as nvidia-smi -L prints it (GPU-…, MIG-…; a unique prefix is "
+                        "enough); `gpuws doctor HOST` lists them (default: CUDA's first)")
     t1 = p.add_argument_group("Tier 1 (CUDA events)")
     t1.add_argument("--target-ci", default="0.01",
                     help="stop Tier 1 when the median's 95%% CI is within ± this of it: 1%% "
@@ -130,6 +132,13 @@ class Printer:
                     continue
             self.show(ev)
 
+    def warn_busy(self, ev: protocol.RunStarted) -> None:
+        """Name the other processes on the run's GPU on stderr, before any figure."""
+        warning = gpus.busy_warning(ev.gpu) if ev.gpu is not None else None
+        if warning is not None:
+            # One line, however narrow the terminal: scripts grep stderr.
+            self.err.print(Text(f"gpuws: warning: {warning}", style="yellow"), soft_wrap=True)
+
     def notice(self, notice: Notice) -> None:
         """The engine's ``on_notice``: one line on stderr (pulls are printed on their own;
         housekeeping such as ending an orphaned session is not a script's business)."""
@@ -139,14 +148,17 @@ class Printer:
         self.err.print(Text(f"gpuws: {notice.message}", style=style))
 
     def show(self, ev: protocol.Events) -> None:
+        if isinstance(ev, protocol.RunStarted):
+            self.warn_busy(ev)  # on stderr, so also beside --json's NDJSON
         if self.as_json:
             sys.stdout.write(protocol.encode(ev).decode())
             return
         o = self.out
         match ev:
             case protocol.RunStarted():
+                where = f" ({gpus.label(ev.gpu.index, ev.gpu.name)})" if ev.gpu else ""
                 o.print(Text.assemble(("run ", "bold"), (ev.run_id or "", "bold"), " on ",
-                                      safe(ev.hostname), ": ", safe(ev.spec.workload)))
+                                      safe(ev.hostname), where, ": ", safe(ev.spec.workload)))
             case protocol.TierStarted():
                 line = Text.assemble((f"▶ tier {ev.tier} ", "cyan"), safe(ev.name))
                 if ev.argv:
@@ -155,9 +167,9 @@ class Printer:
             case protocol.TierFinished():
                 colour = {"ok": "green", "skipped": "yellow", "fallback": "yellow"}.get(
                     ev.status, "red")
-                gpu = f", GPU {ev.gpu_s:.3f} s" if ev.gpu_s else ""
+                gpu = f", GPU {humanfmt.duration(ev.gpu_s)}" if ev.gpu_s else ""
                 line = Text.assemble((f"■ tier {ev.tier} ", colour), safe(ev.status, colour),
-                                     f" in {ev.wall_s:.1f} s{gpu}")
+                                     f" in {humanfmt.duration(ev.wall_s)}{gpu}")
                 if ev.reason:
                     line.append_text(Text.assemble(" — ", safe(ev.reason)))
                 o.print(line)
@@ -165,6 +177,8 @@ class Printer:
                 self.samples += len(ev.values_ms)
             case protocol.Tier1Result():
                 o.print(tier1_table(ev))
+                for line in clock_lines(ev):
+                    o.print(line)
             case protocol.KernelTable():
                 o.print(kernel_table(ev))
             case protocol.NcuProgress():
@@ -182,11 +196,13 @@ class Printer:
                                           safe(r.message, limit=300)))
             case protocol.StaticAnalysis():
                 occ = ev.theoretical_occupancy_pct
+                regs = humanfmt.DASH if ev.registers_per_thread is None \
+                    else str(ev.registers_per_thread)
                 o.print(Text.assemble(
                     "  static: ", safe(ev.kernel, limit=200),
-                    f": {ev.registers_per_thread} regs/thread, {ev.shared_mem_per_block} B "
-                    f"smem/block, {ev.local_mem_per_thread} B local, theoretical occupancy "
-                    f"{'—' if occ is None else f'{occ:.0f}%'} (", safe(ev.limiter or "—"), ")"))
+                    f": {regs} regs/thread, {humanfmt.size(ev.shared_mem_per_block)} "
+                    f"smem/block, {humanfmt.size(ev.local_mem_per_thread)} local, theoretical "
+                    f"occupancy {humanfmt.pct(occ, 0)} (", safe(ev.limiter or "—"), ")"))
             case protocol.Diagnosis():
                 colour = {"error": "red", "warning": "yellow"}.get(ev.severity, "blue")
                 o.print(Text.assemble(("! ", colour + " bold"), safe(ev.title, colour + " bold"),
@@ -199,7 +215,8 @@ class Printer:
                     o.print(Text.assemble("  not measured: ", safe(", ".join(ev.unmeasured))))
             case protocol.Artifact():
                 o.print(Text.assemble("  artifact ", safe(ev.name),
-                                      f" ({ev.size} B, sha256 {visible(ev.sha256, 16)[:16]}…)"))
+                                      f" ({humanfmt.size(ev.size)}, sha256 "
+                                      f"{visible(ev.sha256, 16)[:16]}…)"))
             case protocol.Output():
                 joined = self._joiners.setdefault(ev.run_id or "", LineJoiner()).feed(ev)
                 if joined is not None:
@@ -212,7 +229,7 @@ class Printer:
                     self._print_line(joined)
                 colour = "green" if ev.status == "ok" else "red"
                 line = Text.assemble((f"run {ev.status}", colour + " bold"),
-                                     f" in {ev.wall_s:.1f} s")
+                                     f" in {humanfmt.duration(ev.wall_s)}")
                 if ev.error:
                     line.append_text(Text.assemble(" — ", safe(ev.error)))
                 o.print(line)
@@ -228,27 +245,38 @@ class Printer:
 
 def tier1_table(ev: protocol.Tier1Result) -> Table:
     s = ev.stats
+    ms = humanfmt.ms
     t = Table(title=visible(f"Tier 1 · CUDA events · {ev.mode}, batch {ev.batch} · "
                             f"{ev.stop_reason}"), title_justify="left")
     for col in ("n", "median", "95% CI", "mean", "stdev", "min", "p5", "p95"):
         t.add_column(col, justify="right")
-    t.add_row(str(s.n), f"{s.median_ms:.4f} ms",
-              f"[{s.ci_low_ms:.4f}, {s.ci_high_ms:.4f}] ±{s.ci_rel_halfwidth * 100:.2f}%",
-              f"{s.mean_ms:.4f}", f"{s.stdev_ms:.4f}", f"{s.min_ms:.4f}", f"{s.p5_ms:.4f}",
-              f"{s.p95_ms:.4f}")
+    t.add_row(humanfmt.num(s.n), ms(s.median_ms),
+              f"[{ms(s.ci_low_ms)}, {ms(s.ci_high_ms)}] ±"
+              f"{humanfmt.share(s.ci_rel_halfwidth, 2)}",
+              ms(s.mean_ms), ms(s.stdev_ms), ms(s.min_ms), ms(s.p5_ms), ms(s.p95_ms))
     rates = []
     if ev.gbps is not None:
-        source = visible(ev.peak_source or "", 40)
-        pct = f" ({ev.pct_peak_bw:.0f}% of {ev.peak_gbps:.0f} GB/s {source})" \
-            if ev.pct_peak_bw is not None and ev.peak_gbps else ""
-        rates.append(f"{ev.gbps:.1f} GB/s{pct}")
+        source = f" {visible(ev.peak_source, 40)}" if ev.peak_source else ""
+        pct = (f" ({humanfmt.pct(ev.pct_peak_bw, 0)} of {humanfmt.num(ev.peak_gbps, 'GB/s')}"
+               f"{source})" if ev.pct_peak_bw is not None and ev.peak_gbps else "")
+        rates.append(f"{humanfmt.num(ev.gbps, 'GB/s', 1)}{pct}")
     if ev.tflops is not None:
-        pct = f" ({ev.pct_peak_flops:.0f}% of {ev.peak_tflops:.0f})" \
-            if ev.pct_peak_flops is not None and ev.peak_tflops else ""
-        rates.append(f"{ev.tflops:.2f} TFLOP/s{pct}")
+        pct = (f" ({humanfmt.pct(ev.pct_peak_flops, 0)} of "
+               f"{humanfmt.num(ev.peak_tflops, 'TFLOP/s')})"
+               if ev.pct_peak_flops is not None and ev.peak_tflops else "")
+        rates.append(f"{humanfmt.num(ev.tflops, 'TFLOP/s', 2)}{pct}")
     if rates:
         t.caption = " · ".join(rates)
     return t
+
+
+def clock_lines(ev: protocol.Tier1Result) -> list[Text]:
+    """The clocks behind the Tier-1 figure, and the caution they call for (if any)."""
+    lines = [Text(f"  {clocks.line(ev.clocks)}", "dim" if ev.clocks is None else "")]
+    caution = clocks.caution(ev.clocks)
+    if caution is not None:
+        lines.append(Text(f"  ! caution: {caution}", "yellow"))
+    return lines
 
 
 def kernel_table(ev: protocol.KernelTable) -> Table:
@@ -258,24 +286,25 @@ def kernel_table(ev: protocol.KernelTable) -> Table:
         t.add_column(col, justify="left" if col == "kernel" else "right",
                      overflow="fold" if col == "kernel" else "ellipsis")
     for k in ev.kernels[:10]:
-        t.add_row(safe(k.name, limit=120), str(k.calls), f"{k.total_ns / 1e6:.3f} ms",
-                  f"{k.mean_ns / 1e3:.1f} µs", f"{k.share_pct:.1f}%")
+        t.add_row(safe(k.name, limit=120), humanfmt.num(k.calls), humanfmt.ms(k.total_ns / 1e6),
+                  humanfmt.ms(k.mean_ns / 1e6), humanfmt.pct(k.share_pct))
     return t
 
 
-METRIC_LABELS: list[tuple[str, str, Callable[[float], str]]] = [
-    ("duration_ns", "duration", lambda v: f"{v / 1e3:.1f} µs"),
-    ("sm_throughput_pct", "SM throughput", lambda v: f"{v:.1f}%"),
-    ("memory_throughput_pct", "memory throughput", lambda v: f"{v:.1f}%"),
-    ("dram_throughput_pct", "DRAM throughput", lambda v: f"{v:.1f}%"),
-    ("achieved_occupancy_pct", "achieved occupancy", lambda v: f"{v:.1f}%"),
-    ("theoretical_occupancy_pct", "theoretical occupancy", lambda v: f"{v:.1f}%"),
-    ("registers_per_thread", "registers/thread", lambda v: f"{v:.0f}"),
-    ("shared_mem_per_block", "shared mem/block", lambda v: f"{v:.0f} B"),
-    ("l1_hit_pct", "L1 hit", lambda v: f"{v:.1f}%"),
-    ("l2_hit_pct", "L2 hit", lambda v: f"{v:.1f}%"),
-    ("tensor_pipe_active_pct", "tensor pipe active", lambda v: f"{v:.1f}%"),
-    ("arithmetic_intensity", "arithmetic intensity", lambda v: f"{v:.2f} FLOP/B"),
+#: The Tier-3 metrics the CLI prints, in order; humanfmt.metric formats each by its key.
+METRIC_LABELS: list[tuple[str, str]] = [
+    ("duration_ns", "duration"),
+    ("sm_throughput_pct", "SM throughput"),
+    ("memory_throughput_pct", "memory throughput"),
+    ("dram_throughput_pct", "DRAM throughput"),
+    ("achieved_occupancy_pct", "achieved occupancy"),
+    ("theoretical_occupancy_pct", "theoretical occupancy"),
+    ("registers_per_thread", "registers/thread"),
+    ("shared_mem_per_block", "shared mem/block"),
+    ("l1_hit_pct", "L1 hit"),
+    ("l2_hit_pct", "L2 hit"),
+    ("tensor_pipe_active_pct", "tensor pipe active"),
+    ("arithmetic_intensity", "arithmetic intensity"),
 ]
 
 
@@ -284,11 +313,10 @@ def metrics_table(ev: protocol.KernelMetrics) -> Table:
               title_justify="left")
     t.add_column("metric")
     t.add_column("value", justify="right")
-    for key, label, fmt in METRIC_LABELS:
-        v = ev.metrics.get(key)
-        t.add_row(label, "—" if v is None else fmt(v))
+    for key, label in METRIC_LABELS:
+        t.add_row(label, humanfmt.metric(key, ev.metrics.get(key)))
     if ev.stalls:
-        t.caption = "top stalls: " + ", ".join(f"{visible(s.reason, 60)} {s.pct:.0f}%"
+        t.caption = "top stalls: " + ", ".join(f"{visible(s.reason, 60)} {humanfmt.pct(s.pct, 0)}"
                                                for s in ev.stalls[:4])
     return t
 
@@ -390,6 +418,9 @@ async def run(args: argparse.Namespace) -> int:
     _on_sigterm(asyncio.current_task())
     try:
         await engine.connect(target_of(args))
+        if engine.link is not None:
+            # The probe is known now: a GPU the pod lacks is refused before anything runs.
+            gpus.check_on_pod(spec.gpu, engine.link.probe)
         info = await engine.start_run(spec)
         if args.detach:
             await asyncio.sleep(0.2)
@@ -453,9 +484,8 @@ async def runs(args: argparse.Namespace) -> int:
     for col in ("run id", "status", "started", "events", "workload"):
         t.add_column(col)
     for r in items:
-        t.add_row(safe(r.run_id), safe(r.status), time.strftime(
-            "%Y-%m-%d %H:%M", time.localtime(r.started if 0 <= r.started < 4e9 else 0)),
-            str(r.last_seq + 1), safe(r.workload, limit=60))
+        t.add_row(safe(r.run_id), safe(r.status), humanfmt.when(r.started),
+                  humanfmt.num(r.last_seq + 1), safe(r.workload, limit=60))
     console(markup=False).print(t)
     return 0
 

@@ -3,6 +3,11 @@
 Tier 1: the speedup of medians (``median_A / median_B``: above 1 means B is faster) with
 a 95% bootstrap confidence interval, and Cliff's δ as an effect size that does not
 assume normal timings. Tier 3: the canonical ncu metrics of each kernel side by side.
+
+Two runs are only as comparable as the GPUs and clocks they ran on: each run's GPU model,
+driver and Tier-1 clocks are set side by side, every difference is said in one line, and
+when both median SM clocks are known a cycle-space ratio (time × SM clock) stands beside
+the time ratio, so a speedup that only comes from a faster clock shows as such.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpuws import humanfmt
+from gpuws import clocks, humanfmt, protocol
 from gpuws.errors import UsageError
 from gpuws.remote_agent.stats import percentile
 from gpuws.sessions.store import KernelMetricsRow, Store
+from gpuws.textsafe import visible
 
 RESAMPLES = 2000
 SEED = 20_240_601
@@ -70,6 +76,20 @@ class KernelComparison(msgspec.Struct, frozen=True, kw_only=True):
     metrics: list[MetricDelta]
 
 
+class RunGpu(msgspec.Struct, frozen=True, kw_only=True):
+    """The GPU a run ran on, as far as the store knows it (``""``/None: not known).
+
+    From the run's ``RunStarted.gpu`` (the GPU the agent pinned it to) and its session's
+    probe (names and the driver). A run not pinned on a pod whose GPUs are all one model
+    ran on that model; on a mixed pod its GPU is not known.
+    """
+
+    name: str = ""
+    index: int | None = None
+    uuid: str | None = None
+    driver: str = ""
+
+
 class Comparison(msgspec.Struct, frozen=True, kw_only=True):
     """Everything :func:`compare_runs` found."""
 
@@ -87,6 +107,75 @@ class Comparison(msgspec.Struct, frozen=True, kw_only=True):
     resamples: int = RESAMPLES
     seed: int = SEED
     confidence: float = CONFIDENCE
+    #: The GPU each run ran on (model, index, UUID, driver).
+    gpu_a: RunGpu = msgspec.field(default_factory=RunGpu)
+    gpu_b: RunGpu = msgspec.field(default_factory=RunGpu)
+    #: The clocks behind each run's Tier-1 figure (None: not recorded).
+    clocks_a: protocol.ClockRange | None = None
+    clocks_b: protocol.ClockRange | None = None
+    #: Each run's clock caution (:func:`gpuws.clocks.caution`), empty when none.
+    clock_caution_a: str = ""
+    clock_caution_b: str = ""
+    #: One line per way the runs' GPUs differ: model, driver, SM clock.
+    differences: list[str] = msgspec.field(default_factory=list)
+    #: A's SM cycles per call over B's (median time × median SM clock), when both clocks
+    #: are known: the speedup with the clock difference taken out.
+    cycle_ratio: float | None = None
+    #: What the cycle ratio means here, in one line (empty without one).
+    cycle_note: str = ""
+
+
+#: Median SM clocks further apart than this are a difference worth a line (NVML moves the
+#: clock in 15 MHz steps: 1% is a step or two at boost clocks).
+CLOCK_DIFFERENCE = 0.01
+
+
+def run_gpu(store: Store, run_id: str) -> RunGpu:
+    """The GPU a stored run ran on, from its ``RunStarted.gpu`` and its session's probe."""
+    run = store.run(run_id)
+    probe = store.session(run.session_id).probe
+    target: protocol.GpuTarget | None = None
+    for ev in store.run_events(run.run_id, ["run_started"]):
+        if isinstance(ev, protocol.RunStarted):
+            target = ev.gpu
+    driver = (probe.driver or "") if probe is not None else ""
+    known = probe.gpus if probe is not None else []
+    if target is not None:
+        match = next((g for g in known if target.uuid and g.uuid == target.uuid), None) or \
+            next((g for g in known if g.index == target.index), None)
+        name = target.name or (match.name if match is not None else "")
+        return RunGpu(name=name, index=target.index, uuid=target.uuid or
+                      (match.uuid if match is not None else None), driver=driver)
+    models = {g.name for g in known}
+    if len(known) == 1:
+        g = known[0]
+        return RunGpu(name=g.name, index=g.index, uuid=g.uuid, driver=driver)
+    return RunGpu(name=models.pop() if len(models) == 1 else "", driver=driver)
+
+
+def gpu_differences(a: RunGpu, b: RunGpu, clocks_a: protocol.ClockRange | None,
+                    clocks_b: protocol.ClockRange | None) -> list[str]:
+    """One line per way the two runs' GPUs differ: model, driver, median SM clock.
+
+    Only what is known on both sides is called different; a run without recorded clocks
+    beside one with them is said as such (its figure cannot be set on the same clock).
+    """
+    lines: list[str] = []
+    if a.name and b.name and a.name != b.name:
+        lines.append(f"different GPUs: A {a.name} vs B {b.name}")
+    if a.driver and b.driver and a.driver != b.driver:
+        lines.append(f"different drivers: A {a.driver} vs B {b.driver}")
+    sm_a = clocks_a.sm_mhz_median if clocks_a is not None else None
+    sm_b = clocks_b.sm_mhz_median if clocks_b is not None else None
+    if sm_a is not None and sm_b is not None:
+        if abs(sm_a - sm_b) > CLOCK_DIFFERENCE * max(sm_a, sm_b):
+            lines.append(f"different SM clocks: A median {humanfmt.mhz(sm_a)} vs B "
+                         f"{humanfmt.mhz(sm_b)}")
+    elif (sm_a is None) != (sm_b is None):
+        has, lacks = ("A", "B") if sm_a is not None else ("B", "A")
+        lines.append(f"clocks recorded for {has} only ({lacks}: {clocks.NOT_RECORDED}): the "
+                     "clock difference cannot be taken out")
+    return lines
 
 
 def compare_runs(store: Store, a: str, b: str) -> Comparison:
@@ -112,11 +201,32 @@ def compare_runs(store: Store, a: str, b: str) -> Comparison:
         caution = (f"{run_a.run_id} was timed {result_a.mode} and {run_b.run_id} "
                    f"{result_b.mode}: the medians differ by how they were taken; rerun one "
                    f"with --{result_a.mode} (or --{result_b.mode}) to compare the code")
+    clocks_a = result_a.clocks if result_a is not None else None
+    clocks_b = result_b.clocks if result_b is not None else None
+    gpu_a, gpu_b = run_gpu(store, run_a.run_id), run_gpu(store, run_b.run_id)
+    ratio = None
+    note = ""
+    if tier1 is not None:
+        ratio = clocks.cycle_ratio(tier1.median_a_ms, clocks_a, tier1.median_b_ms, clocks_b)
+        if ratio is not None:
+            note = (f"cycle-space ratio {humanfmt.ratio(ratio)} (A/B of median time × median "
+                    f"SM clock: {_cycles(tier1.median_a_ms, clocks_a)} vs "
+                    f"{_cycles(tier1.median_b_ms, clocks_b)} per call): the speedup with the "
+                    "clock difference taken out")
     return Comparison(run_a=run_a.run_id, run_b=run_b.run_id, workload_a=run_a.workload,
                       workload_b=run_b.workload, tier1=tier1, tier1_missing=reason,
                       tier1_caution=caution,
                       kernels=compare_metrics(store.metrics(run_a.run_id),
-                                              store.metrics(run_b.run_id)))
+                                              store.metrics(run_b.run_id)),
+                      gpu_a=gpu_a, gpu_b=gpu_b, clocks_a=clocks_a, clocks_b=clocks_b,
+                      clock_caution_a=clocks.caution(clocks_a) or "",
+                      clock_caution_b=clocks.caution(clocks_b) or "",
+                      differences=gpu_differences(gpu_a, gpu_b, clocks_a, clocks_b),
+                      cycle_ratio=ratio, cycle_note=note)
+
+
+def _cycles(median_ms: float, clock: protocol.ClockRange | None) -> str:
+    return humanfmt.si(clocks.cycles_per_call(median_ms, clock), "cycles")
 
 
 def refuse_if_empty(c: Comparison) -> None:
@@ -282,39 +392,69 @@ def regression_gate(comparison: Comparison, fail_if_slower_pct: float) -> tuple[
 
 
 def render_comparison(c: Comparison, console: Console) -> None:
-    """Print a comparison as rich tables."""
-    head = Table(title=f"{c.run_b} ({c.workload_b}) vs {c.run_a} ({c.workload_a})")
+    """Print a comparison as rich tables (workloads and kernel names never read as markup)."""
+    who = Text.assemble((visible(c.run_b), "bold"), f" ({visible(c.workload_b, 200)}) vs ",
+                        (visible(c.run_a), "bold"), f" ({visible(c.workload_a, 200)})")
+    head = Table(title=who)
     head.add_column("")
-    head.add_column(f"A {c.run_a}", justify="right")
-    head.add_column(f"B {c.run_b}", justify="right")
+    head.add_column(Text(f"A {visible(c.run_a)}"), justify="right")
+    head.add_column(Text(f"B {visible(c.run_b)}"), justify="right")
     t = c.tier1
     if t is None:
         # No empty table: say whose runs these are and what Tier 1 lacks.
-        console.print(Text.assemble((c.run_b, "bold"), f" ({c.workload_b}) vs ",
-                                    (c.run_a, "bold"), f" ({c.workload_a})"))
+        console.print(who)
         console.print(Text(f"Tier 1 not compared: {c.tier1_missing}", "yellow"))
     else:
-        head.add_row("samples", str(t.n_a), str(t.n_b))
+        head.add_row("samples", humanfmt.num(t.n_a), humanfmt.num(t.n_b))
         head.add_row("median", humanfmt.ms(t.median_a_ms), humanfmt.ms(t.median_b_ms))
+        for label, a, b in gpu_rows(c):
+            head.add_row(label, Text(a), Text(b))
         console.print(head)
         style = "yellow" if t.within_noise else ("green" if t.speedup > 1 else "red")
-        console.print(f"speedup (A/B) {t.speedup:.3f}×, {int(c.confidence * 100)}% CI "
-                      f"[{t.ci_low:.3f}, {t.ci_high:.3f}] ({c.resamples} bootstrap resamples)")
-        console.print(t.verdict, style=style)
+        console.print(f"speedup (A/B) {humanfmt.ratio(t.speedup)}, {int(c.confidence * 100)}% "
+                      f"CI [{t.ci_low:.3f}, {t.ci_high:.3f}] ({humanfmt.num(c.resamples)} "
+                      "bootstrap resamples)")
+        console.print(Text(t.verdict, style=style))
+        if c.cycle_note:
+            console.print(Text(c.cycle_note))
         if c.tier1_caution:
-            console.print(f"caution: {c.tier1_caution}", style="yellow")
+            console.print(Text(f"caution: {c.tier1_caution}", style="yellow"))
+    for line in caution_lines(c):
+        console.print(Text(line, style="yellow"))
     for k in c.kernels:
-        table = Table(title=f"{k.kernel} (launch {k.launch})"
-                      + ("" if k.in_a and k.in_b else " — only in " + ("A" if k.in_a else "B")))
+        table = Table(title=Text(f"{visible(k.kernel, 200)} (launch {k.launch})" + (
+            "" if k.in_a and k.in_b else " — only in " + ("A" if k.in_a else "B"))))
         for col in ("metric", "A", "B", "Δ", "Δ%"):
             table.add_column(col, justify="left" if col == "metric" else "right")
         for m in k.metrics:
             delta = humanfmt.metric(m.key, m.delta)
             if m.delta is not None and m.delta > 0:
                 delta = "+" + delta
-            table.add_row(m.key, humanfmt.metric(m.key, m.a), humanfmt.metric(m.key, m.b),
+            table.add_row(Text(visible(m.key, 80)), humanfmt.metric(m.key, m.a),
+                          humanfmt.metric(m.key, m.b),
                           delta, "" if m.delta_pct is None else f"{m.delta_pct:+.1f}%")
         console.print(table)
+
+
+def gpu_rows(c: Comparison) -> list[tuple[str, str, str]]:
+    """``(label, A, B)`` rows of what the runs ran on: GPU, driver, Tier-1 clocks."""
+    def gpu(g: RunGpu) -> str:
+        where = f"GPU {g.index}" if g.index is not None else ""
+        return " · ".join(x for x in (visible(g.name, 60), where) if x) or "not recorded"
+
+    return [("GPU", gpu(c.gpu_a), gpu(c.gpu_b)),
+            ("driver", visible(c.gpu_a.driver, 40) or "not recorded",
+             visible(c.gpu_b.driver, 40) or "not recorded"),
+            ("Tier-1 clocks", clocks.describe(c.clocks_a), clocks.describe(c.clocks_b))]
+
+
+def caution_lines(c: Comparison) -> list[str]:
+    """What makes the two figures less comparable, one line each (pod text made visible)."""
+    lines = [visible(d, 300) for d in c.differences]
+    for side, text in (("A", c.clock_caution_a), ("B", c.clock_caution_b)):
+        if text:
+            lines.append(f"caution ({side}): {text}")
+    return lines
 
 
 def comparison_json(c: Comparison) -> str:

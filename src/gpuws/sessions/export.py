@@ -14,9 +14,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gpuws import __version__, protocol
+from gpuws import __version__, clocks, gpus, protocol
 from gpuws.errors import StoreError
-from gpuws.sessions.compare import Comparison, compare_runs
+from gpuws.sessions.compare import Comparison, compare_runs, gpu_rows, run_gpu
 from gpuws.sessions.cost import Economics, economics
 from gpuws.sessions.store import ArtifactRow, KernelMetricsRow, RunRow, SessionRow, Store
 
@@ -102,6 +102,8 @@ def _environment(probe: protocol.Probe | None) -> list[str]:
             facts.append(f"max SM clock {g.sm_clock_max_mhz:,.0f} MHz")
         rows.append([f"GPU {g.index}", _esc(" · ".join(facts))])
         rows.append([f"GPU {g.index} UUID", _code(g.uuid) if g.uuid else "unknown"])
+        if g.processes:
+            rows.append([f"GPU {g.index} in use by", _esc(gpus.processes(g.processes))])
         if g.pci_bus_id:
             rows.append([f"GPU {g.index} PCI", _code(g.pci_bus_id)])
     if not probe.gpus:
@@ -166,6 +168,7 @@ def _run_section(store: Store, run: RunRow) -> list[str]:
     if run.is_baseline:
         facts.append("marked as baseline")
     out += [" · ".join(facts), ""]
+    out += _run_gpu(store, run)
 
     events = store.run_events(run.run_id, _REPORT_TYPES)
     started = [e for e in events if isinstance(e, protocol.TierStarted)]
@@ -205,6 +208,23 @@ def _run_section(store: Store, run: RunRow) -> list[str]:
     if artifacts:
         out += ["", "### Artifacts", ""]
         out += _artifacts(artifacts)
+    return out
+
+
+def _run_gpu(store: Store, run: RunRow) -> list[str]:
+    """The GPU the run was pinned to, and who else used it then (nothing when unknown)."""
+    target = next((e.gpu for e in store.run_events(run.run_id, ["run_started"])
+                   if isinstance(e, protocol.RunStarted) and e.gpu is not None), None)
+    if target is None:
+        return []
+    gpu = run_gpu(store, run.run_id)
+    line = f"GPU {target.index}" + (f" ({_esc(gpu.name)})" if gpu.name else "")
+    if gpu.uuid:
+        line += f", {_code(gpu.uuid, cell=False)}"
+    out = [f"Ran on {line}.", ""]
+    warning = gpus.busy_warning(target)
+    if warning is not None:
+        out += [f"**Caution:** {_esc(warning)}.", ""]
     return out
 
 
@@ -253,6 +273,11 @@ def _tier1(r: protocol.Tier1Result) -> list[str]:
                                                             "TFLOP/s", r.peak_source))
     if rates:
         out += ["", "Throughput at the median: " + _esc("; ".join(rates)) + "."]
+    seen = "not recorded" if r.clocks is None else _esc(clocks.describe(r.clocks))
+    out += ["", f"Clocks while sampling: {seen}."]
+    caution = clocks.caution(r.clocks)
+    if caution is not None:
+        out += ["", f"**Caution:** {_esc(caution)}."]
     return out
 
 
@@ -349,11 +374,19 @@ def _comparison(c: Comparison) -> list[str]:
         out += _table(
             ["Tier 1", f"baseline {_code(c.run_a)}", f"this run {_code(c.run_b)}"],
             [["samples", str(t.n_a), str(t.n_b)],
-             ["median", _ms(t.median_a_ms), _ms(t.median_b_ms)]])
+             ["median", _ms(t.median_a_ms), _ms(t.median_b_ms)],
+             *([_esc(label), _esc(a), _esc(b)] for label, a, b in gpu_rows(c))])
         out += ["", f"**Verdict:** {_esc(t.verdict)}. Speedup is baseline median / this run's "
                     f"median; the CI comes from {c.resamples:,} bootstrap resamples of both."]
+        if c.cycle_note:
+            out += ["", _esc(c.cycle_note[:1].upper() + c.cycle_note[1:]) + "."]
         if c.tier1_caution:
             out += ["", f"**Caution:** {_esc(c.tier1_caution)}."]
+    for line in c.differences:
+        out += ["", f"**Not like for like:** {_esc(line)}."]
+    for side, caution in (("baseline", c.clock_caution_a), ("this run", c.clock_caution_b)):
+        if caution:
+            out += ["", f"**Caution ({side}):** {_esc(caution)}."]
     for k in c.kernels:
         if not (k.in_a and k.in_b):
             side = "baseline" if k.in_a else "this run"

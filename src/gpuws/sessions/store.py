@@ -719,13 +719,18 @@ class Store:
         matches = [str(r[0]) for r in self._conn.execute(
             f"SELECT {column} FROM {table} WHERE substr({column}, 1, ?) = ? ORDER BY {column}"
             " LIMIT 6", (len(id_or_prefix), id_or_prefix))]
+        remedy = f"`gpuws sessions` lists the {what}s in the store"
+        if what == "run":
+            # Imported here: runlist imports this module. Runs are listed by `gpuws history`.
+            from .runlist import RUN_LISTING_REMEDY
+            remedy = RUN_LISTING_REMEDY
         if not matches:
-            raise StoreError(f"no {what} matches {id_or_prefix!r}",
-                             remedy=f"`gpuws sessions` lists the {what}s in the store")
+            raise StoreError(f"no {what} matches {id_or_prefix!r}", remedy=remedy)
         if len(matches) > 1:
             shown = ", ".join(matches[:5]) + (", …" if len(matches) > 5 else "")
             raise StoreError(f"{what} id {id_or_prefix!r} is ambiguous: {shown}",
-                             remedy="give more characters of the id")
+                             remedy="give more characters of the id"
+                             + ("; " + remedy if what == "run" else ""))
         return matches[0]
 
 

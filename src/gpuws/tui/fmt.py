@@ -6,7 +6,25 @@ Everything here is :mod:`gpuws.humanfmt`, so a figure reads the same in a pane a
 
 from __future__ import annotations
 
-from ..humanfmt import DASH, duration, metric, mib, ms, num, pct, share, size, usd, when
+from ..humanfmt import (
+    DASH,
+    celsius,
+    duration,
+    metric,
+    mhz,
+    mib,
+    ms,
+    num,
+    pct,
+    quantity,
+    ratio,
+    share,
+    si,
+    size,
+    usd,
+    watts,
+    when,
+)
 
-__all__ = ["DASH", "duration", "metric", "mib", "ms", "num", "pct", "share", "size", "usd",
-           "when"]
+__all__ = ["DASH", "celsius", "duration", "metric", "mhz", "mib", "ms", "num", "pct",
+           "quantity", "ratio", "share", "si", "size", "usd", "watts", "when"]

@@ -1,4 +1,9 @@
-"""The pod dashboard: what the pod has, whether it can profile, its telemetry and cost."""
+"""The pod dashboard: what the pod has, whether it can profile, its telemetry and cost.
+
+Every GPU of the pod is listed (in the probe panel: memory, clocks, power, heat, who uses
+it) and sampled: a pod with one GPU shows a sparkline per quantity, a pod with several a
+two-line row per GPU, so eight GPUs still fit beside the probe.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from ...textsafe import visible
 from ..messages import AgentLog, EconomicsTick, LinkDown, NcuPlanReady, NsysPlanReady, TelemetryTick
 from ..widgets.cost_ticker import CostTicker
 from ..widgets.counters import CountersPanel
+from ..widgets.gpu_row import GpuRow
 from ..widgets.ncu_panel import NcuPanel
 from ..widgets.nsys_panel import NsysPanel
 from ..widgets.pod_info import PodInfo
@@ -62,6 +68,8 @@ class DashboardScreen(Screen[None]):
     DashboardScreen #link-banner { display: none; background: $error 20%; padding: 0 1;
                                    border-left: thick $error; }
     DashboardScreen #gauges { height: auto; padding: 0 1; }
+    DashboardScreen.-narrow GpuRow { height: 1; }
+    DashboardScreen.-narrow GpuRow .gpu-detail { display: none; }
     DashboardScreen #no-telemetry { padding: 0 1; color: $text-muted; }
     DashboardScreen #agent-log { height: 5; margin: 0 1; }
     """
@@ -90,11 +98,17 @@ class DashboardScreen(Screen[None]):
                 yield NcuPanel(id="ncu")
                 yield NsysPanel(id="nsys")  # shown once the agent answers
             with Vertical(id="right"):
-                yield Label("Telemetry (1 Hz)", classes="title")
+                yield Label("Telemetry (1 Hz)" if len(self.probe.gpus) < 2 else
+                            f"Telemetry of {len(self.probe.gpus)} GPUs (1 Hz)", classes="title")
                 yield Static(Text("waiting for the first sample…", "dim"), id="no-telemetry")
                 with Vertical(id="gauges"):
-                    for gauge in GAUGES:
-                        yield SparkGauge(gauge, 0)
+                    if len(self.probe.gpus) > 1:
+                        for gpu in self.probe.gpus:
+                            yield GpuRow(gpu)
+                    else:
+                        index = self.probe.gpus[0].index if self.probe.gpus else 0
+                        for gauge in GAUGES:
+                            yield SparkGauge(gauge, index)
                 yield Label("Cost", classes="title")
                 yield CostTicker(id="cost")
                 yield Label("Agent", classes="title")
@@ -119,9 +133,10 @@ class DashboardScreen(Screen[None]):
             return
         self.query_one("#no-telemetry").display = False
         self.query_one("#gauges").display = True
-        gpu = self.history.gpus[0]
         for gauge in self.query(SparkGauge):
-            gauge.show(self.history.values(gpu, gauge.gauge.key))
+            gauge.show(self.history.values(gauge.gpu, gauge.gauge.key))
+        for row in self.query(GpuRow):
+            row.show(self.history)
 
     def on_economics_tick(self, message: EconomicsTick) -> None:
         self.show_economics(message.econ)

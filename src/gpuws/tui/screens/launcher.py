@@ -1,4 +1,6 @@
-"""The run launcher: workload, tiers, Tier 1 and Tier 3 options, a baseline to compare with."""
+"""The run launcher: workload, GPU, tiers, Tier 1 and Tier 3 options, a baseline to compare
+with. The GPU field lists the pod's GPUs from its probe; one that other processes use is
+named before the run starts."""
 
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ from textual.widgets import (
     Static,
 )
 
+from ... import gpus, protocol
 from ...errors import GpuwsError, UsageError
 from ...kernels.registry import BUILTINS, WorkloadError, WorkloadRef, parse_workload
 from ...runspec import LaunchOptions, build_spec, parse_target_ci
+from ...textsafe import visible
 
 if TYPE_CHECKING:
     from ..app import GpuwsApp
@@ -59,6 +63,7 @@ class LauncherScreen(Screen[None]):
     LauncherScreen #tiers Checkbox { margin-right: 2; }
     LauncherScreen #tiers Checkbox { width: auto; }
     LauncherScreen #error { color: $error; padding: 0 1; }
+    LauncherScreen #gpu-note { color: $warning; width: 100%; }
     LauncherScreen #buttons { height: auto; margin: 1 0; }
     LauncherScreen #buttons Button { margin-right: 2; }
     """
@@ -68,9 +73,12 @@ class LauncherScreen(Screen[None]):
 
     app: GpuwsApp
 
-    def __init__(self, baselines: list[tuple[str, str]]) -> None:
+    def __init__(self, baselines: list[tuple[str, str]],
+                 probe: protocol.Probe | None = None) -> None:
         super().__init__()
         self.baselines = baselines
+        #: The pod's probe (its GPUs); by default the connected link's.
+        self.probe = probe
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -95,6 +103,9 @@ class LauncherScreen(Screen[None]):
             with Horizontal(classes="row", id="cmd-box"):
                 yield Label("command")
                 yield Input(placeholder="python3 train.py --steps 10", id="cmd", compact=True)
+            yield from _row("GPU", Select(self._gpu_choices(), value="auto", allow_blank=False,
+                                          id="gpu"))
+            yield Label("", id="gpu-note", classes="help")
             yield Label("Tiers", classes="section")
             with Horizontal(id="tiers"):
                 yield Checkbox("1 CUDA events", True, id="t1", compact=True)
@@ -135,7 +146,36 @@ class LauncherScreen(Screen[None]):
                 yield Button("Back", id="back")
         yield Footer()
 
+    def _gpu_choices(self) -> list[tuple[str | Text, str]]:
+        if self.probe is None and self.app.link is not None:
+            self.probe = self.app.link.probe
+        choices: list[tuple[str | Text, str]] = [("auto (CUDA's first GPU)", "auto")]
+        for g in self.probe.gpus if self.probe is not None else []:
+            busy = " · busy" if g.processes else ""
+            # Text: a GPU's name is the pod's word, never markup.
+            choices.append((Text(f"{g.index} · {visible(g.name, 40)} · {gpus.memory(g)}{busy}"),
+                            str(g.index)))
+        return choices
+
+    @on(Select.Changed, "#gpu")
+    def _gpu_changed(self, event: Select.Changed) -> None:
+        note = self.query_one("#gpu-note", Label)
+        gpu = self._gpu(str(event.value))
+        if gpu is not None and gpu.processes:
+            note.update(Text(f"! {gpus.label(gpu.index, gpu.name)} is busy: "
+                             f"{gpus.processes(gpu.processes)} — its figures may be slower "
+                             "and noisier"))
+        else:
+            note.update("")
+        note.display = gpu is not None and bool(gpu.processes)
+
+    def _gpu(self, value: str) -> protocol.Gpu | None:
+        if value == "auto" or self.probe is None:
+            return None
+        return next((g for g in self.probe.gpus if str(g.index) == value), None)
+
     def on_mount(self) -> None:
+        self.query_one("#gpu-note").display = False
         self.title = "gpuws · new run"
         self.sub_title = self.app.link_label()
         self._show_kind("builtin")
@@ -221,7 +261,8 @@ class LauncherScreen(Screen[None]):
             ncu_set=_choice(self, "#ncu-set"),
             ncu_sections=self.query_one("#ncu-sections", Input).value.strip() or None,
             replay_mode=_choice(self, "#replay-mode"),
-            clock_control=_choice(self, "#clock-control") or "none")
+            clock_control=_choice(self, "#clock-control") or "none",
+            gpu=None if _choice(self, "#gpu") in (None, "auto") else _choice(self, "#gpu"))
 
     def action_launch(self) -> None:
         """Build the spec and ask the pod to start it."""

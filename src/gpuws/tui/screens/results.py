@@ -12,7 +12,8 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
-from ...sessions.compare import Comparison
+from ... import clocks, protocol
+from ...sessions.compare import Comparison, caution_lines
 from ...textsafe import text as safe_text
 from .. import fmt
 from ..messages import ResultsData
@@ -127,10 +128,20 @@ def _summary(r: RunResults) -> Text:
             text.append(f" · {fmt.num(r.tier1.gbps, 'GB/s')}")
         if r.tier1.tflops is not None:
             text.append(f" · {r.tier1.tflops:.3g} TFLOP/s")
+        text.append("\n" + clocks.line(r.tier1.clocks), "dim" if r.tier1.clocks is None else "")
+        caution = clocks.caution(r.tier1.clocks)
+        if caution is not None:
+            text.append(f"\n! caution: {caution}", "yellow")
     if r.static:
         text.append("\n")
         text.append(render_static(r.static))
     return text
+
+
+def _sm_median(c: protocol.ClockRange | None) -> str:
+    if c is None:
+        return "not recorded"
+    return fmt.mhz(c.sm_mhz_median)
 
 
 def render_comparison(c: Comparison) -> Table | Text:
@@ -147,10 +158,19 @@ def render_comparison(c: Comparison) -> Table | Text:
                                      else "")
         table.caption_style = style
         table.add_row("Tier 1 median", fmt.ms(t.median_a_ms), fmt.ms(t.median_b_ms),
-                      Text(f"{t.speedup:.3f}× [{t.ci_low:.3f}, {t.ci_high:.3f}]", style))
+                      Text(f"{fmt.ratio(t.speedup)} [{t.ci_low:.3f}, {t.ci_high:.3f}]", style))
         table.add_row("Cliff's δ", "", "", f"{t.cliffs_delta:+.2f} ({t.magnitude})")
+        if c.cycle_ratio is not None:
+            table.add_row("cycles (time × SM clock)", "", "", fmt.ratio(c.cycle_ratio))
+        if c.clocks_a is not None or c.clocks_b is not None:
+            # Only the medians here (the table is narrow); differences go in the caption.
+            table.add_row("SM clock (median)", _sm_median(c.clocks_a), _sm_median(c.clocks_b),
+                          "")
     else:
         table.caption = c.tier1_missing
+    notes = caution_lines(c) + ([c.cycle_note] if c.cycle_note else [])
+    # Text, not str: a caption string would be read as markup, and GPU names are pod text.
+    table.caption = Text("\n".join([str(table.caption or ""), *notes]).strip())
     for k in c.kernels:
         for d in k.metrics:
             if d.a is None and d.b is None:

@@ -118,6 +118,9 @@ class RunScreen(Screen[None]):
     def _update_subtitle(self) -> None:
         m = self.panes.model
         host = f" on {m.hostname}" if m.hostname else ""
+        gpu = self.panes.gpu
+        if gpu is not None:
+            host += f" · GPU {gpu.index}"
         mode = "" if self.live else " · replay"
         self.sub_title = (f"{m.workload or '…'}{host} · {m.status} · "
                           f"{m.elapsed():.1f} s{mode}")

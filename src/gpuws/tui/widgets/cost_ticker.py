@@ -10,7 +10,8 @@ from .. import fmt
 
 
 class CostTicker(Static):
-    """``$3.99/h · $0.42 so far · idle 6 min (55%) · budget $20.00 (2%)``, with warnings."""
+    """``$3.99/h · $0.42 so far · idle 6 min 05 s (55%) · budget $20.00 (2% used)``, with
+    warnings."""
 
     DEFAULT_CSS = """
     CostTicker { height: auto; padding: 0 1; }
@@ -33,7 +34,7 @@ class CostTicker(Static):
                     f"{fmt.duration(econ.busy_s)} · GPU {fmt.duration(econ.gpu_s)}")
         idle_style = "bold yellow" if econ.idle_warning else ""
         text.append("\nidle ")
-        text.append(f"{econ.idle_s / 60:.1f} min ({econ.idle_pct:.0f}%)", idle_style)
+        text.append(f"{fmt.duration(econ.idle_s)} ({fmt.pct(econ.idle_pct, 0)})", idle_style)
         if econ.idle_cost_usd is not None:
             text.append(f" = {fmt.usd(econ.idle_cost_usd)}", idle_style)
         if econ.budget_usd is not None:
@@ -41,5 +42,5 @@ class CostTicker(Static):
                     if econ.total_cost_usd is not None and econ.budget_usd else 0.0)
             style = "bold red" if econ.over_budget else "yellow" if econ.budget_warning else ""
             text.append(" · budget ")
-            text.append(f"{fmt.usd(econ.budget_usd)} ({used:.0f}% used)", style)
+            text.append(f"{fmt.usd(econ.budget_usd)} ({fmt.pct(used, 0)} used)", style)
         self.update(text)

@@ -31,20 +31,21 @@ class KernelTablePane(DataTable[str | Text]):
             return
         for i, k in enumerate(table.kernels):
             self.add_row(Text(visible(k.name), overflow="ellipsis", no_wrap=True),
-                         Text(str(k.calls), justify="right"),
+                         Text(fmt.num(k.calls), justify="right"),
                          Text(fmt.ms(k.total_ns / 1e6), justify="right"),
                          Text(fmt.ms(k.mean_ns / 1e6), justify="right"),
-                         Text(f"{k.share_pct:.1f}%", justify="right"), key=str(i))
+                         Text(fmt.pct(k.share_pct), justify="right"), key=str(i))
 
 
-def kernel_table_caption(table: protocol.KernelTable | None) -> str:
-    """Where the table came from and what else Tier 2 saw (idle gaps, memcpy)."""
+def kernel_table_caption(table: protocol.KernelTable | None, empty: str | None = None) -> str:
+    """Where the table came from and what else Tier 2 saw (idle gaps, memcpy); without a
+    table, ``empty`` (why there will be none) or "… yet"."""
     if table is None:
-        return "Tier 2 has not reported kernels yet"
-    parts = [f"source: {table.source}"]
+        return visible(empty) if empty else "Tier 2 has not reported kernels yet"
+    parts = [f"source: {visible(table.source, 200)}"]
     if table.gpu_idle_pct is not None:
-        parts.append(f"GPU idle {table.gpu_idle_pct:.1f}%")
+        parts.append(f"GPU idle {fmt.pct(table.gpu_idle_pct)}")
     if table.memcpy_pct is not None:
-        parts.append(f"memcpy {table.memcpy_pct:.1f}%")
+        parts.append(f"memcpy {fmt.pct(table.memcpy_pct)}")
     noun = "kernel" if len(table.kernels) == 1 else "kernels"
     return f"{len(table.kernels)} {noun} · " + " · ".join(parts)

@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from ... import protocol
+from ...textsafe import visible
 from .. import fmt
 
 #: Report sections and the canonical metrics (key, label) each holds, in display order.
@@ -50,17 +51,23 @@ class MetricsTable(DataTable[str | Text]):
     def on_mount(self) -> None:
         self.cursor_type = "row"
 
-    def show(self, launches: Sequence[ProfiledLaunch]) -> None:
-        """Rebuild for these launches (``—`` marks what was not measured)."""
+    def show(self, launches: Sequence[ProfiledLaunch], empty: str | None = None) -> None:
+        """Rebuild for these launches (``—`` marks what was not measured).
+
+        Args:
+            launches: the profiled launches, one column each.
+            empty: why there are none, once there will be none (default: "… yet").
+        """
         self.clear(columns=True)
         if not launches:
             self.add_column("metric")
-            self.add_row(Text("no Tier-3 metrics yet", "dim"))
+            self.add_row(Text(visible(empty), "yellow") if empty
+                         else Text("no Tier-3 metrics yet", "dim"))
             return
         self.add_column("metric", key="metric")
         for i, launch in enumerate(launches):
             name = launch.kernel if len(launch.kernel) <= 28 else launch.kernel[:27] + "…"
-            self.add_column(f"{name} #{launch.launch}", key=f"k{i}")
+            self.add_column(Text(f"{visible(name)} #{launch.launch}"), key=f"k{i}")
         for section, rows in SECTIONS:
             self.add_row(Text(section, "bold magenta"), *["" for _ in launches])
             for key, label in rows:
@@ -77,4 +84,4 @@ class MetricsTable(DataTable[str | Text]):
                 for launch in launches:
                     pct = next((s.pct for s in launch.stalls if s.reason == reason), None)
                     cells.append(Text(fmt.pct(pct), justify="right"))
-                self.add_row(Text("  " + reason.replace("_", " ")), *cells)
+                self.add_row(Text("  " + visible(reason.replace("_", " "), 80)), *cells)

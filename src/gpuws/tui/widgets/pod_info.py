@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ... import protocol
+from ... import gpus, protocol
+from ...textsafe import visible
 from .. import fmt
 
 
@@ -35,12 +36,7 @@ def render_probe(p: protocol.Probe) -> Text:
         text.append("\nno GPU: ", "bold red")
         text.append(p.gpu_error or "none found")
     for g in p.gpus:
-        mem = fmt.size(g.memory_total_mib * 2**20) if g.memory_total_mib else "?"
-        cc = f"sm_{g.compute_capability.replace('.', '')}" if g.compute_capability else "sm_?"
-        sms = f" · {g.sm_count} SMs" if g.sm_count else ""
-        text.append(f"\nGPU {g.index} ", "bold")
-        text.append(f"{g.name}", "bold cyan")
-        text.append(f" · {mem} · {cc}{sms}")
+        text.append_text(render_gpu(g))
     text.append("\ndriver ", "bold")
     text.append(f"{p.driver or '—'} · CUDA {p.cuda_driver or '—'}")
     text.append("\ntoolkits ", "bold")
@@ -49,6 +45,29 @@ def render_probe(p: protocol.Probe) -> Text:
     text.append(" · ".join(_package(pkg) for pkg in p.python_packages) or "—")
     text.append("\nnsys ", "bold")
     text.append(_tools(p.nsys, "not found (Tier 2 falls back to torch.profiler or ncu)"))
+    return text
+
+
+def render_gpu(g: protocol.Gpu) -> Text:
+    """One GPU in two or three lines: what it is; memory, clocks, power, heat; who uses it."""
+    text = Text()
+    cc = f"sm_{g.compute_capability.replace('.', '')}" if g.compute_capability else "sm_?"
+    sms = f" · {g.sm_count} SMs" if g.sm_count else ""
+    text.append(f"\nGPU {g.index} ", "bold")
+    text.append(visible(g.name, 60), "bold cyan")
+    text.append(visible(f" · {cc}{sms}", 60))
+    now = [f"mem {gpus.memory(g)}"]
+    if g.sm_clock_mhz is not None or g.sm_clock_max_mhz is not None:
+        now.append(f"SM {gpus.clocks(g)}")
+    if g.power_w is not None:
+        now.append(gpus.power(g))
+    if g.temp_c is not None:
+        now.append(fmt.celsius(g.temp_c))
+    text.append("\n  " + " · ".join(now), "dim")
+    if g.clock_events:
+        text.append(f" · {gpus.events(g.clock_events)}", "dim")
+    if g.processes:
+        text.append(f"\n  busy: {gpus.processes(g.processes)}", "yellow")
     return text
 
 

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from ... import protocol
+from ...textsafe import visible
+from .. import fmt
 from .quiet import QuietStatic
 
 #: Order of rule kinds when speedups tie: what to optimise, then warnings, then notes.
@@ -29,24 +31,26 @@ class RuleList(QuietStatic):
     RuleList { height: auto; padding: 0 1; }
     """
 
-    def show(self, rules: Sequence[protocol.Rule]) -> None:
-        """Redraw with these findings (sorted here)."""
-        key = tuple(rules)
+    def show(self, rules: Sequence[protocol.Rule], empty: str | None = None) -> None:
+        """Redraw with these findings (sorted here); ``empty`` says why there are none,
+        once there will be none."""
+        key = (tuple(rules), empty)
         if key == self._shown_key:
             return
         if not rules:
-            self.show_if_changed(key, Text("no rule findings yet", "dim"))
+            self.show_if_changed(key, Text(visible(empty), "yellow") if empty
+                                 else Text("no rule findings yet", "dim"))
             return
         text = Text()
         for i, r in enumerate(sort_rules(rules)):
             if i:
                 text.append("\n\n")
-            speedup = (f"▲ {r.est_speedup_pct:.0f}% " if r.est_speedup_pct is not None
+            speedup = (f"▲ {fmt.pct(r.est_speedup_pct, 0)} " if r.est_speedup_pct is not None
                        else "  ")
             scope = f" ({r.speedup_type})" if r.speedup_type else ""
             text.append(speedup, "bold green")
-            text.append(f"{r.rule} ", _KIND_STYLE.get(r.kind, ""))
-            text.append(f"[{r.kind}] ", "dim")
-            text.append(f"{r.kernel}{scope}\n", "cyan")
-            text.append(r.message)
+            text.append(f"{visible(r.rule, 200)} ", _KIND_STYLE.get(r.kind, ""))
+            text.append(f"[{visible(r.kind, 20)}] ", "dim")
+            text.append(f"{visible(r.kernel, 300)}{visible(scope, 60)}\n", "cyan")
+            text.append(visible(r.message))
         self.show_if_changed(key, text)

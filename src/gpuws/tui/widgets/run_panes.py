@@ -1,7 +1,9 @@
 """The live metric panes of one run; the same code shows a live run and a replay.
 
 ``apply(events)`` folds events into the run's :class:`~gpuws.live.model.RunModel` and
-redraws only the panes whose part of the model changed, once per batch.
+redraws only the panes whose part of the model changed, once per batch. A GPU that other
+processes used when the run started is named in a banner above the tabs; a pane that
+will stay empty (the run failed, was cancelled, or did not ask for its tier) says why.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from textual.containers import Vertical, VerticalScroll
 from textual.timer import Timer
 from textual.widgets import Label, Log, TabbedContent, TabPane
 
-from ... import protocol
+from ... import gpus, protocol
 from ...live.model import LogLine, RunModel
 from ...textsafe import visible
 from .. import fmt
+from ..notes import why_missing
 from .banner import DiagnosisBanner
 from .kernel_table import KernelTablePane, kernel_table_caption
 from .metrics_table import MetricsTable
@@ -57,6 +60,10 @@ class RunPanes(Vertical):
         self._timing_timer: Timer | None = None
         #: What each heavy pane shows now, to skip redrawing the same content.
         self._shown: dict[str, object] = {"kernels": None, "metrics": []}
+        #: The GPU the run was pinned to (from RunStarted), once it is known.
+        self.gpu: protocol.GpuTarget | None = None
+        #: A busy-GPU banner was made here from RunStarted (the agent's own is then skipped).
+        self._busy_shown = False
 
     def compose(self) -> ComposeResult:
         yield TierStrip(id="tiers")
@@ -93,11 +100,13 @@ class RunPanes(Vertical):
         if not changed:
             return changed
         m = self.model
+        if "header" in changed and self.gpu is None:
+            self._gpu_started(events)
         if lines:
             self._write_log(lines)
         if changed & {"header", "tiers", "finished"}:
             self.query_one(TierStrip).show(m)
-        if changed & {"samples", "tier1", "header"}:
+        if changed & {"samples", "tier1", "header", "tiers", "finished"}:
             self._timing_soon()
         table = m.kernel_table
         table_key = (None if table is None else
@@ -125,7 +134,37 @@ class RunPanes(Vertical):
             self._label("tab-findings", f"Findings ({len(m.rules)})")
         if "diagnoses" in changed:
             self._show_banners()
+        if changed & {"header", "tiers", "finished"}:
+            self._show_why_empty()
         return changed
+
+    def _gpu_started(self, events: list[protocol.Events]) -> None:
+        started = next((e for e in events if isinstance(e, protocol.RunStarted)
+                        and e.run_id == self.model.run_id and e.gpu is not None), None)
+        if started is None or started.gpu is None:
+            return
+        self.gpu = started.gpu
+        busy = busy_diagnosis(started.gpu)
+        if busy is not None and not any(d.code == busy.code for d in self.model.diagnoses):
+            # The agent warns too (a gpu_busy diagnosis); one banner is enough.
+            self._busy_shown = True
+            box = self.query_one("#banners", VerticalScroll)
+            box.mount(DiagnosisBanner(busy))
+            box.display = True
+
+    def _show_why_empty(self) -> None:
+        """Once the run will not fill a pane, say why instead of "… yet"."""
+        m = self.model
+        if not m.metrics:
+            why = why_missing(m, 3, "Tier-3 metrics")
+            if why != self._shown.get("metrics-why"):
+                self._shown["metrics-why"] = why
+                self.query_one(MetricsTable).show([], why)
+        if not m.rules:
+            self.query_one(RuleList).show([], why_missing(m, 3, "rule findings"))
+        if m.kernel_table is None:
+            caption = kernel_table_caption(None, why_missing(m, 2, "kernel table"))
+            self.query_one("#kernels-caption", QuietStatic).show_if_changed(caption, caption, 1)
 
     def _timing_soon(self) -> None:
         # The Tier-1 pane is a gauge: under a flood of samples it redraws at most
@@ -164,6 +203,10 @@ class RunPanes(Vertical):
     def _show_banners(self) -> None:
         new = self.model.diagnoses[self._banners_shown:]
         self._banners_shown = len(self.model.diagnoses)
+        if self._busy_shown:
+            new = [d for d in new if d.code != "gpu_busy"]
+        if not new:
+            return
         box = self.query_one("#banners", VerticalScroll)
         box.mount_all(DiagnosisBanner(d) for d in new)
         box.display = True
@@ -172,6 +215,27 @@ class RunPanes(Vertical):
         if self._shown.get(pane) != label:
             self._shown[pane] = label
             self.query_one(TabbedContent).get_tab(pane).label = label
+
+
+def busy_diagnosis(target: protocol.GpuTarget) -> protocol.Diagnosis | None:
+    """A warning banner's content for a GPU others used when the run started (None: idle).
+
+    Made here from ``RunStarted.gpu.busy`` (the pod's word, shown through textsafe by
+    :func:`gpuws.gpus.processes`) when the agent's own ``gpu_busy`` diagnosis has not come
+    with it; whichever comes first is the one banner shown.
+    """
+    if not target.busy:
+        return None
+    n = len(target.busy)
+    return protocol.Diagnosis(
+        code="gpu_busy", severity="warning",
+        title=f"{gpus.label(target.index, target.name)} is busy",
+        cause=f"{n} other process{'es' if n > 1 else ''} used it when the run started: "
+              f"{gpus.processes(target.busy)}.",
+        meaning="They share its SMs and memory bandwidth: this run's figures may be slower "
+                "and noisier than the GPU gives alone.",
+        remedies=["pick an idle GPU: the launcher's GPU field, or gpuws run --gpu N (the "
+                  "dashboard shows who uses each)"])
 
 
 def _source(line: LogLine) -> str:

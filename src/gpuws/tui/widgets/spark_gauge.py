@@ -7,6 +7,7 @@ from textual.containers import Horizontal
 from textual.widgets import Label, Sparkline
 
 from ...live.telemetry import Gauge
+from .. import fmt
 
 
 class SparkGauge(Horizontal):
@@ -32,5 +33,5 @@ class SparkGauge(Horizontal):
     def show(self, values: list[float]) -> None:
         """Redraw with this history (oldest first)."""
         self.query_one(Sparkline).data = values[-120:]
-        value = f"{values[-1]:,.0f} {self.gauge.unit}" if values else "—"
+        value = fmt.quantity(values[-1], self.gauge.unit) if values else fmt.DASH
         self.query_one(".gauge-value", Label).update(value)

@@ -1,4 +1,8 @@
-"""Tier 1 live: the running median and its CI, the latest samples, their histogram."""
+"""Tier 1 live: the running median and its CI, the latest samples, their histogram.
+
+The final figure comes with the clocks it was taken at, and a caution when they undermine
+it (throttling, a varying SM clock): :mod:`gpuws.clocks` decides, as for every face.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,11 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Sparkline, Static
 
+from ... import clocks, protocol
 from ...live.model import RunModel
+from ...textsafe import visible
 from .. import fmt
+from ..notes import why_missing
 from .histogram import Histogram
 
 #: Samples the sparkline shows (the latest ones).
@@ -21,6 +28,7 @@ class TimingPane(Vertical):
     DEFAULT_CSS = """
     TimingPane { height: 1fr; }
     TimingPane #t1-stats { height: 3; padding: 0 1; }
+    TimingPane #t1-clocks { height: auto; padding: 0 1; display: none; }
     TimingPane Horizontal { height: 2; padding: 0 1; }
     TimingPane .caption { color: $text-muted; width: 9; }
     TimingPane Sparkline { height: 2; width: 1fr; }
@@ -29,6 +37,7 @@ class TimingPane(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(Text("Tier 1 has not sent samples yet", "dim"), id="t1-stats")
+        yield Static(id="t1-clocks")
         with Horizontal():
             yield Label("latest\nsamples", classes="caption")
             yield Sparkline([], id="t1-spark")
@@ -39,8 +48,22 @@ class TimingPane(Vertical):
         stats_text, marks = _stats(model)
         # A fixed three lines: redrawing the figures needs no layout pass.
         self.query_one("#t1-stats", Static).update(stats_text, layout=False)
+        if model.tier1 is not None and not self.query_one("#t1-clocks").display:
+            # Once, when the final result arrives: the only layout pass this pane makes.
+            self.query_one("#t1-clocks", Static).update(clock_text(model.tier1))
+            self.query_one("#t1-clocks").display = True
         self.query_one("#t1-spark", Sparkline).data = model.samples[-SPARK_SAMPLES:]
         self.query_one("#t1-hist", Histogram).show(model.sorted_samples, marks)
+
+
+def clock_text(result: protocol.Tier1Result) -> Text:
+    """``clocks: SM 345–1,980 MHz (median 1,980), …`` and, in yellow, any caution."""
+    text = Text(clocks.line(result.clocks), "dim" if result.clocks is None else "")
+    caution = clocks.caution(result.clocks)
+    if caution is not None:
+        text.append("\n! caution: ", "bold yellow")
+        text.append(caution, "yellow")
+    return text
 
 
 def _stats(model: RunModel) -> tuple[Text, tuple[float, float, float] | None]:
@@ -50,16 +73,16 @@ def _stats(model: RunModel) -> tuple[Text, tuple[float, float, float] | None]:
         text = Text.assemble(
             ("final ", "bold green"), f"n={s.n}  median ", (fmt.ms(s.median_ms), "bold"),
             f"  95% CI [{fmt.ms(s.ci_low_ms)}, {fmt.ms(s.ci_high_ms)}] "
-            f"±{s.ci_rel_halfwidth * 100:.2f}%",
+            f"±{fmt.share(s.ci_rel_halfwidth, 2)}",
             f"\nmean {fmt.ms(s.mean_ms)}  sd {fmt.ms(s.stdev_ms)}  p5 {fmt.ms(s.p5_ms)}"
             f"  p95 {fmt.ms(s.p95_ms)} · {result.mode} · {result.stop_reason}")
         rates = []
         if result.gbps is not None:
-            of = (f" ({result.pct_peak_bw:.0f}% of {result.peak_gbps:.0f})"
+            of = (f" ({fmt.pct(result.pct_peak_bw, 0)} of {fmt.num(result.peak_gbps)})"
                   if result.pct_peak_bw is not None and result.peak_gbps else "")
-            rates.append(f"{result.gbps:,.0f} GB/s{of}")
+            rates.append(f"{fmt.num(result.gbps, 'GB/s')}{of}")
         if result.tflops is not None:
-            of = (f" ({result.pct_peak_flops:.1f}% of {result.peak_tflops:.0f})"
+            of = (f" ({fmt.pct(result.pct_peak_flops)} of {fmt.num(result.peak_tflops)})"
                   if result.pct_peak_flops is not None and result.peak_tflops else "")
             rates.append(f"{result.tflops:.3g} TFLOP/s{of}")
         if rates:
@@ -67,10 +90,9 @@ def _stats(model: RunModel) -> tuple[Text, tuple[float, float, float] | None]:
         return text, (s.ci_low_ms, s.median_ms, s.ci_high_ms)
     running = model.running_stats()
     if running is None:
-        tier = model.tiers.get(1)
-        if tier is not None and tier.status != "running":
-            return Text(f"Tier 1 {tier.status}" + (f": {tier.reason}" if tier.reason else ""),
-                        "yellow"), None
+        why = why_missing(model, 1, "Tier-1 samples")
+        if why is not None:
+            return Text(visible(why), "yellow"), None
         return Text("Tier 1 has not sent samples yet", "dim"), None
     target = model.spec.target_ci if model.spec is not None else None
     half = running.ci_rel_halfwidth * 100
