@@ -42,6 +42,8 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (TransferError.exit_code, "an artifact could not be pulled or failed its sha256"),
     (10, "run --fail-if-slower: slower than the baseline beyond noise and the limit"),
     (11, "ncu: no Nsight Compute on the pod fits its driver and GPU"),
+    (12, "run POD POD ...: one or more pods of the fleet gave no result (each named on "
+         "stderr: cause — remedy); the others' results are kept"),
     (130, "interrupted (Ctrl+C); a run goes on on the pod"),
 )
 
@@ -88,9 +90,14 @@ def make_parser() -> argparse.ArgumentParser:
 
     from .commands.run import add_run_args
 
-    p = sub.add_parser("run", help="run a workload through the profiling tiers")
+    p = sub.add_parser("run", help="run a workload through the profiling tiers (on several "
+                                   "pods at once: a fleet)")
     add_run_args(p)
-    p.set_defaults(func=_lazy("run", "run"))
+    p.add_argument("more_pods", nargs="*", metavar="POD",
+                   help="more pods, right after the first: run the workload on every pod at "
+                        "once, each its own session, and end with one table comparing them "
+                        "with the first (a fleet; `gpuws fleets` lists them)")
+    p.set_defaults(func=_run)
 
     p = sub.add_parser("attach", help="follow a run on the pod (after --detach or a drop)")
     add_connection_args(p)
@@ -136,10 +143,18 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("history", "history"))
 
-    p = sub.add_parser("export", help="write a session as a markdown report")
-    p.add_argument("session", help="session id (or a unique prefix)")
+    p = sub.add_parser("fleets", help="list the fleets (one workload run on several pods at "
+                                      "once)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_lazy("fleet", "fleets"))
+
+    p = sub.add_parser("export", help="write a session (or a fleet's comparison) as a markdown "
+                                      "report")
+    p.add_argument("session", nargs="?", help="session id (or a unique prefix)")
+    p.add_argument("--fleet", metavar="ID", help="write this fleet's comparison instead (id or "
+                                                 "unique prefix; `gpuws fleets` lists them)")
     p.add_argument("-o", "--output", help="file to write (default stdout)")
-    p.set_defaults(func=_lazy("history", "export"))
+    p.set_defaults(func=_export)
 
     p = sub.add_parser("compare", help="compare two runs (speedup with CI, Cliff's delta)")
     p.add_argument("run_a", metavar="RUN_A", help="the reference run (id or unique prefix; "
@@ -171,6 +186,20 @@ def _lazy(module: str, name: str) -> Command:
         fn: Command = getattr(mod, name)
         return int(await fn(args))
     return run
+
+
+async def _run(args: argparse.Namespace) -> int:
+    """``gpuws run``: one pod as always; several pods are a fleet (commands/fleet.py)."""
+    return await _lazy("fleet" if args.more_pods else "run", "run")(args)
+
+
+async def _export(args: argparse.Namespace) -> int:
+    """``gpuws export SESSION`` or ``gpuws export --fleet ID``: exactly one of them."""
+    if (args.session is None) == (args.fleet is None):
+        raise UsageError("give a session id or --fleet ID (one of them)",
+                         remedy="`gpuws sessions` lists the sessions, `gpuws fleets` the "
+                                "fleets")
+    return await _lazy("fleet" if args.fleet else "history", "export")(args)
 
 
 def _tui(name: str) -> Command:

@@ -255,10 +255,11 @@ def test_a_new_migration_keeps_old_data(tmp_path: Path, recorded: ModuleType,
     def migration_2(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT ''")
 
+    newer = store_mod.SCHEMA_VERSION + 1
     monkeypatch.setattr(store_mod, "_MIGRATIONS", [*store_mod._MIGRATIONS, migration_2])
-    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", newer)
     with Store(path) as s:
-        assert s._conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert s._conn.execute("PRAGMA user_version").fetchone()[0] == newer
         assert s._conn.execute("SELECT note FROM runs").fetchall() == [("",)]
         assert s.run("r1").status == "ok" and len(s.samples("r1")) == 200
 

@@ -18,6 +18,7 @@ from gpuws import __version__, clocks, gpus, protocol
 from gpuws.errors import StoreError
 from gpuws.sessions.compare import Comparison, compare_runs, gpu_rows, run_gpu
 from gpuws.sessions.cost import Economics, economics
+from gpuws.sessions.fleet import cells, columns, failure_lines, fleet_comparison, notes
 from gpuws.sessions.store import ArtifactRow, KernelMetricsRow, RunRow, SessionRow, Store
 
 #: The viewer for each artifact kind (by file suffix).
@@ -66,6 +67,44 @@ def export_session(store: Store, session_id: str, now: float | None = None) -> s
     out += ["", "## Economics", ""]
     out += _economics(econ)
     out += ["", f"<sub>Exported by gpuws {__version__}.</sub>", ""]
+    return "\n".join(out)
+
+
+def export_fleet(store: Store, fleet_id: str) -> str:
+    """Render a fleet (one workload on several pods at once) as its comparison in markdown.
+
+    Each pod's session has its own full report (:func:`export_session`); this is the table
+    that puts them side by side, with what each pod could not give and why.
+
+    Raises:
+        StoreError: the fleet is unknown.
+    """
+    c = fleet_comparison(store, fleet_id)
+    f = c.fleet
+    end = _when(f.ended) if f.ended is not None else "not recorded (the gpuws that ran it " \
+        "stopped before the end)"
+    out = [f"# gpuws fleet {_code(f.id, cell=False)}", "",
+           f"- Workload: {_code(f.workload, cell=False)}",
+           f"- Started: {_when(f.started)} → {end}",
+           f"- Pods: {len(c.lines)}, in the order given; the first is the reference"
+           + (f"; {len(c.failed)} gave no result" if c.failed else ""),
+           "", "## Comparison", ""]
+    cols = columns(c)
+    out += _table(cols, [[_code(row[col]) if col == "pod" else _esc(row[col]) for col in cols]
+                         for row in map(cells, c.lines)])
+    for note in notes(c):
+        out += ["", _esc(note)]
+    failures = failure_lines(c)
+    if failures:
+        out += ["", "## Pods that gave no result", ""]
+        out += [f"- {_esc(line)}" for line in failures]
+    out += ["", "## Sessions", ""]
+    out += _table(["pod", "session", "run", "host"],
+                  [[_code(line.pod), _code(line.session_id) if line.session_id else "—",
+                    _code(line.run_id) if line.run_id else "—", _esc(line.hostname or "—")]
+                   for line in c.lines])
+    out += ["", "Each session's full report: `gpuws export SESSION`.",
+            "", f"<sub>Exported by gpuws {__version__}.</sub>", ""]
     return "\n".join(out)
 
 

@@ -89,6 +89,35 @@ class ArtifactRow(msgspec.Struct, frozen=True, kw_only=True):
     status: str
 
 
+class FleetPodRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One pod of a fleet.
+
+    ``status`` is ``pending`` (not connected yet), ``connected``, ``running``, ``ok``,
+    ``failed`` (the run failed or its artifacts could not be pulled), ``unreachable``
+    (connecting failed), ``lost`` (the link dropped and reconnecting gave up; the run
+    goes on on the pod) or ``interrupted`` (the laptop stopped following it). ``error``
+    says why, in one line with its remedy, when the pod gave no result.
+    """
+
+    position: int
+    pod: str
+    session_id: str | None
+    run_id: str | None
+    status: str
+    error: str
+
+
+class FleetRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A fleet: one workload started on several pods at once, each its own session."""
+
+    id: str
+    workload: str
+    spec: protocol.RunSpec | None
+    started: float
+    ended: float | None
+    pods: list[FleetPodRow]
+
+
 class PhaseRow(msgspec.Struct, frozen=True, kw_only=True):
     """A stretch of session time spent on something (a tier, a transfer, provisioning).
 
@@ -200,8 +229,39 @@ def _migration_1(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _migration_2(conn: sqlite3.Connection) -> None:
+    """Fleets: one workload run on several pods at once (``gpuws run POD POD ... -w W``).
+
+    Each pod of a fleet is its own session as usual; ``fleet_pods`` only says which
+    session and run stand at which position (position 0 is the reference the others are
+    compared with), and, for a pod that gave no result, why.
+    """
+    statements = [
+        """CREATE TABLE fleets(
+            id TEXT PRIMARY KEY,
+            workload TEXT NOT NULL,
+            spec_json TEXT NOT NULL,
+            started REAL NOT NULL,
+            ended REAL)""",
+        # No foreign key on run_id: the run's row appears with its first stored event,
+        # which may be after the pod's answer to start_run.
+        """CREATE TABLE fleet_pods(
+            fleet_id TEXT NOT NULL REFERENCES fleets(id),
+            position INTEGER NOT NULL,
+            pod TEXT NOT NULL,
+            session_id TEXT REFERENCES sessions(id),
+            run_id TEXT,
+            status TEXT NOT NULL,
+            error TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY(fleet_id, position))""",
+        "CREATE INDEX fleet_pods_by_session ON fleet_pods(session_id)",
+    ]
+    for statement in statements:
+        conn.execute(statement)
+
+
 #: Ordered migrations; version N is reached by running the first N. Add one by appending.
-_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migration_1]
+_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migration_1, _migration_2]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _TAGS: dict[type, str] = {cls: str(cls.__struct_config__.tag) for cls in get_args(protocol.Events)}
@@ -626,6 +686,79 @@ class Store:
         return [PhaseRow(id=i, session_id=s, run_id=r, phase=p, tier=t, started=st, ended=e,
                          gpu_s=g) for i, s, r, p, t, st, e, g in rows]
 
+    # ------------------------------------------------------------------------- fleets
+    def open_fleet(self, spec: protocol.RunSpec, pods: list[str],
+                   started: float | None = None) -> str:
+        """Record a fleet about to start: its spec and its pods (``pending``) in order.
+
+        Returns:
+            The fleet's id.
+        """
+        fleet_id = secrets.token_hex(6)
+        with self._transaction() as cur:
+            cur.execute("INSERT INTO fleets(id, workload, spec_json, started) VALUES (?, ?, ?, ?)",
+                        (fleet_id, spec.workload, _json(spec),
+                         time.time() if started is None else started))
+            cur.executemany("INSERT INTO fleet_pods(fleet_id, position, pod, status)"
+                            " VALUES (?, ?, ?, 'pending')",
+                            [(fleet_id, i, pod) for i, pod in enumerate(pods)])
+        return fleet_id
+
+    def set_fleet_pod(self, fleet_id: str, position: int, *, status: str,
+                      session_id: str | None = None, run_id: str | None = None,
+                      error: str = "") -> None:
+        """Update one pod of a fleet; a ``session_id``/``run_id`` given once is kept.
+
+        Raises:
+            StoreError: no such fleet pod.
+        """
+        with self._transaction() as cur:
+            cur.execute("UPDATE fleet_pods SET status = ?, error = ?,"
+                        " session_id = COALESCE(?, session_id), run_id = COALESCE(?, run_id)"
+                        " WHERE fleet_id = ? AND position = ?",
+                        (status, error, session_id, run_id, fleet_id, position))
+            if cur.rowcount != 1:
+                raise StoreError(f"fleet {fleet_id!r} has no pod at position {position}")
+
+    def end_fleet(self, fleet_id: str, ended: float | None = None) -> None:
+        """Mark the fleet finished (every pod gave a result or a reason)."""
+        with self._transaction() as cur:
+            cur.execute("UPDATE fleets SET ended = ? WHERE id = ?",
+                        (time.time() if ended is None else ended, fleet_id))
+
+    def fleets(self) -> list[FleetRow]:
+        """Every fleet, newest first."""
+        ids = [str(r[0]) for r in self._conn.execute(
+            "SELECT id FROM fleets ORDER BY started DESC, rowid DESC")]
+        return [self._fleet_row(i) for i in ids]
+
+    def fleet(self, id_or_prefix: str) -> FleetRow:
+        """One fleet by id or unique id prefix.
+
+        Raises:
+            StoreError: no fleet (or more than one) matches.
+        """
+        return self._fleet_row(self._resolve("fleets", "id", "fleet", id_or_prefix))
+
+    def fleet_of_session(self, session_id: str) -> str | None:
+        """The fleet a session ran in, if it was one pod of a fleet."""
+        row = self._conn.execute("SELECT fleet_id FROM fleet_pods WHERE session_id = ?",
+                                 (session_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _fleet_row(self, fleet_id: str) -> FleetRow:
+        fid, workload, spec_json, started, ended = self._conn.execute(
+            "SELECT id, workload, spec_json, started, ended FROM fleets WHERE id = ?",
+            (fleet_id,)).fetchone()
+        pods = [FleetPodRow(position=p, pod=pod, session_id=sid, run_id=rid, status=st,
+                            error=err)
+                for p, pod, sid, rid, st, err in self._conn.execute(
+                    "SELECT position, pod, session_id, run_id, status, error FROM fleet_pods"
+                    " WHERE fleet_id = ? ORDER BY position", (fid,))]
+        return FleetRow(id=fid, workload=workload,
+                        spec=_spec_decoder.decode(spec_json) if spec_json else None,
+                        started=started, ended=ended, pods=pods)
+
     # ------------------------------------------------------------------------- artifacts
     def record_artifact(self, run_id: str, name: str, remote_path: str, size: int,
                         sha256: str) -> None:
@@ -719,7 +852,8 @@ class Store:
         matches = [str(r[0]) for r in self._conn.execute(
             f"SELECT {column} FROM {table} WHERE substr({column}, 1, ?) = ? ORDER BY {column}"
             " LIMIT 6", (len(id_or_prefix), id_or_prefix))]
-        remedy = f"`gpuws sessions` lists the {what}s in the store"
+        listing = "`gpuws fleets`" if what == "fleet" else "`gpuws sessions`"
+        remedy = f"{listing} lists the {what}s in the store"
         if what == "run":
             # Imported here: runlist imports this module. Runs are listed by `gpuws history`.
             from .runlist import RUN_LISTING_REMEDY

@@ -28,6 +28,7 @@ class SessionsScreen(Screen[None]):
         Binding("e", "export", "Export"),
         Binding("r", "results", "Results"),
         Binding("f", "artifacts", "Artifacts"),
+        Binding("m", "fleets", "Fleets"),
         Binding("question_mark", "app.help", "Help"),
     ]
     DEFAULT_CSS = """
@@ -121,6 +122,13 @@ class SessionsScreen(Screen[None]):
         run = self._selected_run()
         if run:
             self.app.show_artifacts(run)
+
+    def action_fleets(self) -> None:
+        """Fleets (one workload on several pods at once), opened on the selected
+        session's fleet when it was one pod of a fleet."""
+        from .fleet import FleetScreen
+
+        self.app.push_screen(FleetScreen(session_id=self.session_id))
 
     def action_export(self) -> None:
         """Write the selected session as a markdown report."""
