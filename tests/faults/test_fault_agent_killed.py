@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import signal
 import time
 import uuid
@@ -30,6 +31,7 @@ from faults.helpers import (  # type: ignore[import-not-found]
 )
 from gpuws import protocol
 from gpuws.client import AgentClient
+from gpuws.errors import ConnectError
 from gpuws.live.engine import Engine, Notice, ReconnectPolicy
 from gpuws.live.link import Target
 from gpuws.live.storeio import StoreHandle
@@ -146,3 +148,45 @@ def test_worker_killed_ends_the_run_failed_and_keeps_what_was_recorded(
     record("worker_killed", trials=WORKER_KILLS, faults=WORKER_KILLS,
            runs_ended_failed=len(outcomes), lost=0, crashes=0,
            seconds=round(time.monotonic() - t0, 1))
+
+
+def test_a_run_gone_after_the_reconnect_ends_its_wait_with_the_reason(
+        ssh_config: Path, sshd: SshServer) -> None:
+    """The link drops and, behind the same name, the pod no longer has the run (its
+    directory removed, as on a rebuilt pod): the reconnect succeeds, the re-attach is
+    refused, and whoever waits for the run learns why at once — before this, the refusal
+    died inside the engine's reconnect task and ``gpuws run`` waited for ever."""
+    stop_file = sshd.pod_cache / f"stop-{uuid.uuid4().hex}"
+    notices: list[Notice] = []
+
+    async def go() -> tuple[str, BaseException]:
+        engine = Engine(StoreHandle(), on_notice=notices.append,
+                        reconnect=ReconnectPolicy(first_s=0.2, max_s=1.0, give_up_s=20))
+        worker = None
+        try:
+            link = await engine.connect(Target("pod", ssh_config=str(ssh_config)))
+            info = await engine.start_run(ticker_spec(stop_file))
+            while not (events := await engine.store.call(lambda s: s.events(info.run_id))):
+                await asyncio.sleep(0.05)
+            worker = events[0]
+            assert isinstance(worker, protocol.RunStarted)
+            os.killpg(worker.pid, signal.SIGSTOP)  # nothing more is written for the run
+            shutil.rmtree(worker.run_dir)
+            os.kill(link.client.hello.pid, signal.SIGKILL)  # serve: the link drops
+            try:
+                await asyncio.wait_for(engine.wait_finished(info.run_id), 20)
+            except ConnectError as exc:
+                return info.run_id, exc
+            raise AssertionError("wait_finished returned for a run the pod no longer has")
+        finally:
+            if worker is not None:
+                os.killpg(worker.pid, signal.SIGKILL)
+            await engine.close()
+            await engine.store.close()
+
+    run_id, error = asyncio.run(go())
+    assert f"run {run_id} could not be resumed" in str(error)
+    assert any(n.kind == "reconnected" for n in notices)  # the link itself came back
+    assert any(n.kind == "not_resumed" and n.run_id == run_id for n in notices)
+    with Store() as store:
+        assert store.events(run_id)  # what arrived before the drop is kept

@@ -139,6 +139,8 @@ class Engine:
         self.reconnecting = False
         self._lease: SessionLease | None = None
         self._finished: dict[str, protocol.RunFinished] = {}
+        #: Runs followed before a reconnect that the pod would not resume (gone, refused).
+        self._unresumable: dict[str, GpuwsError] = {}
         self._pulls: dict[str, asyncio.Task[PullOutcome]] = {}
         self._changed = asyncio.Condition()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -259,6 +261,7 @@ class Engine:
             self.target = None
             self.reconnecting = False
             self._finished.clear()
+            self._unresumable.clear()
             self._pulls.clear()
             if link is not None:
                 await link.client.close()
@@ -349,10 +352,12 @@ class Engine:
         """
         async with self._changed:
             await self._changed.wait_for(
-                lambda: run_id in self._finished or self.lost is not None or self._closing)
+                lambda: run_id in self._finished or run_id in self._unresumable
+                or self.lost is not None or self._closing)
         if run_id in self._finished:
             return self._finished[run_id]
-        raise self.lost or ConnectError("the engine was closed", title="Closed")
+        raise (self._unresumable.get(run_id) or self.lost
+               or ConnectError("the engine was closed", title="Closed"))
 
     async def settled(self, run_id: str) -> PullOutcome:
         """The automatic pull of a finished run (nothing when auto-pull is off)."""
@@ -435,6 +440,19 @@ class Engine:
         await link.client.wait_closed()
         if self._closing or self.link is not link:
             return
+        try:
+            await self._recover(link)
+        except Exception as exc:
+            # Nothing awaits this task: an error left in it would be lost, and every
+            # wait_finished would wait for ever. It ends the engine's link instead.
+            self.reconnecting = False
+            error = exc if isinstance(exc, GpuwsError) else ConnectError(
+                f"reconnecting failed: {type(exc).__name__}: {visible(str(exc), 300)}",
+                title="Connection lost", remedy="reconnect; each run resumes where it stopped")
+            self._lose(error)
+
+    async def _recover(self, link: Link) -> None:
+        """Reconnect with backoff after ``link`` died, and resume the runs it followed."""
         reason = _lost_reason(link.client)
         policy = self.reconnect_policy
         if not policy.enabled or self.target is None:
@@ -485,7 +503,20 @@ class Engine:
                 continue
             last = await self.store.call(_last_seq(run_id))
             self.boundary.expect(run_id, last + 1)
-            await link.client.attach(run_id, from_seq=last + 1)
+            try:
+                await link.client.attach(run_id, from_seq=last + 1)
+            except GpuwsError as exc:
+                # The pod no longer has the run (its directory removed, a new machine
+                # behind the same name): the others still resume; this one's waiters
+                # learn why instead of waiting for an end that will never come.
+                self._unresumable[run_id] = ConnectError(
+                    f"run {run_id} could not be resumed after reconnecting: {exc.message}",
+                    title="Run not resumed",
+                    remedy=f"`gpuws runs` lists what the pod holds; the {last + 1} event(s) "
+                           "received before the link dropped are stored")
+                self._notice("error", "not_resumed", self._unresumable[run_id].message, run_id)
+                self._spawn(self._wake(), "gpuws-wake")
+                continue
             resumed.append(f"{run_id} from event {last + 1}")
         return resumed
 
