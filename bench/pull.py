@@ -6,8 +6,9 @@ without (files then move through the agent's ``cat`` on an exec channel). The sa
 a rotating order so a noisy neighbour hurts every method alike:
 
 - ``gpuws pull`` (process): the whole command as a person types it
-  (``gpuws pull -F CONFIG pod RUN``): Python start, imports, SSH handshake, agent hello,
-  the pull, the store update; compared with ``scp``'s whole process, as the goal is stated;
+  (``gpuws pull -F CONFIG pod RUN``): Python start, imports, SSH handshake, the pull, the
+  store update (over SFTP no agent is started; without SFTP it is, for its ``cat``);
+  compared with ``scp``'s whole process, as the goal is stated;
 - ``gpuws pull_one``: the product's path (``sessions.artifacts.pull_one``) over a link
   already open: lock, ``.part`` file written and hashed as the bytes arrive in a writer
   thread, fsync, store update, rename;
@@ -19,7 +20,8 @@ a rotating order so a noisy neighbour hurts every method alike:
 ``pull_one`` and ``read_file`` pull over a connection that is already open (as after a
 run); scp's wall time includes its own handshake, so ``ssh pod true`` is measured too and
 the table shows scp with that subtracted as well. The ``gpuws pull`` process is timed
-after one untimed call that deploys the agent (scp has nothing to deploy). Each
+after one untimed call (on the server without SFTP it deploys the agent; scp has nothing
+to deploy). Each
 process pull starts with the local copy deleted, so it also takes the path that notices a
 missing copy. ``--rtt-ms`` puts a delay proxy (bench/_sshd.py) between every client and
 the servers. Run it from the repository root::
@@ -89,7 +91,6 @@ class Side:
             run_id=run_id, seq=1, ts=time.time(), name=NAME, path=self.remote, size=size,
             sha256=sha))
         self.size, self.sha = size, sha
-        self.prefer_aes = False
 
     async def pull_one(self) -> float:
         art = self.store.artifacts(self.run_id)[0]
@@ -105,8 +106,7 @@ class Side:
         """The whole ``gpuws pull`` command in its own process; wall seconds."""
         local = artifacts_dir(self.session, self.run_id) / NAME
         local.unlink(missing_ok=True)
-        argv = [sys.executable, "-c", (_PREFER_AES if self.prefer_aes else "")
-                + "import sys; from gpuws.cli import main; sys.exit(main())",
+        argv = [sys.executable, "-c", "import sys; from gpuws.cli import main; sys.exit(main())",
                 "pull", "-F", str(self.pod.config), "pod", self.run_id, "--json"]
         t0 = time.perf_counter()
         subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
@@ -133,20 +133,6 @@ class Side:
             raise SystemExit("read_file delivered different bytes")
         dest.unlink()
         return elapsed
-
-
-#: ``--prefer-aes-gcm``: the transport change proposed for ``SSHTransport.connect``
-#: (AES-GCM before asyncssh's default chacha20-poly1305, whose per-packet Poly1305 runs
-#: through Python), applied by wrapping ``asyncssh.connect``; in the ``gpuws pull``
-#: process through this prologue. An experiment, not the product's behaviour.
-_PREFER_AES = (
-    "import asyncssh, functools\n"
-    "_c = asyncssh.connect\n"
-    "async def _aes(host, **o):\n"
-    "    o.setdefault('encryption_algs', ['aes128-gcm@openssh.com', 'aes256-gcm@openssh.com',"
-    " 'chacha20-poly1305@openssh.com', 'aes128-ctr', 'aes256-ctr'])\n"
-    "    return await _c(host, **o)\n"
-    "asyncssh.connect = _aes\n")
 
 
 def _sha256(path: Path) -> str:
@@ -191,8 +177,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         os.link(artifact_path(sftp_pod, "bench-pull"), other)  # same bytes, no second copy
         dest = Path(os.environ["GPUWS_HOME"]).parent / NAME
 
-        if args.prefer_aes_gcm:
-            exec(_PREFER_AES, {})  # the bench's own constant, above
         store = Store()
         c1 = await AgentClient.connect(SSHTransport("pod", config_file=str(sftp_pod.config)))
         c2 = await AgentClient.connect(SSHTransport("pod", config_file=str(exec_pod.config)))
@@ -207,7 +191,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 return fn()
             methods[name] = call
 
-        a.prefer_aes = b.prefer_aes = args.prefer_aes_gcm
         a.process()  # untimed: deploys the agent into the pod's cache
         b.process()
         add("sftp: gpuws pull (process)", a.process)
@@ -265,7 +248,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "exec: gpuws read_file + sha256", "sftp: gpuws read_file + sha256"),
     }
     return {"machine": machine(), "rtt_ms": args.rtt_ms, "bytes": size, "reps": args.reps,
-            "prefer_aes_gcm": args.prefer_aes_gcm,
             "median_s": med, "mb_per_s": {k: size / v / MB for k, v in med.items()},
             "all_s": times, "handshake_s": shakes, "ratios": ratios,
             "goal_ratio_min": goal,
@@ -278,7 +260,7 @@ def table(r: dict[str, Any]) -> str:
              f"{m['openssh'].split(',')[0]}, asyncssh {m['asyncssh']}, "
              f"load {m['loadavg_at_end']}; "
              f"RTT {r['rtt_ms']:g} ms added; {r['bytes'] >> 20} MiB, medians of {r['reps']}"
-             + ("; gpuws offering AES-GCM first (experiment)" if r["prefer_aes_gcm"] else "")]
+]
     w = max(len(k) for k in r["median_s"])
     for name, sec in r["median_s"].items():
         lines.append(f"{name:<{w}}  {sec * 1000:7.0f} ms  {r['mb_per_s'][name]:7.1f} MB/s")
@@ -299,9 +281,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=int, default=256, help="artifact size in MiB")
     ap.add_argument("--rtt-ms", type=float, default=0.0,
                     help="reach the servers through a proxy adding this round-trip time")
-    ap.add_argument("--prefer-aes-gcm", action="store_true",
-                    help="experiment: gpuws offers AES-GCM first (the proposed transport "
-                         "change); OpenSSH's clients are unchanged")
     ap.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
     args = ap.parse_args(argv)
     results = asyncio.run(run(args))

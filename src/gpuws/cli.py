@@ -174,7 +174,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("run_id", help="a stored run (id or unique prefix; `gpuws history` lists "
                                   "them)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=_lazy("history", "pull"))
+    p.set_defaults(func=_lazy("pull", "pull"))
     return parser
 
 

@@ -1,4 +1,4 @@
-"""``gpuws sessions``, ``history``, ``export``, ``compare``, ``baseline``, ``pull``.
+"""``gpuws sessions``, ``history``, ``export``, ``compare``, ``baseline`` (``pull``: pull.py).
 
 The laptop's memory. Every id a person types is resolved by :func:`find_run` or
 :func:`find_session`: an unknown or ambiguous one is a usage error (exit 2) that points
@@ -18,13 +18,13 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import humanfmt
-from ..errors import GpuwsError, StoreError, UsageError
+from ..errors import StoreError, UsageError
 from ..sessions.compare import compare_runs, comparison_json, refuse_if_empty, render_comparison
 from ..sessions.cost import economics
 from ..sessions.export import export_session
 from ..sessions.runlist import RUN_LISTING_REMEDY, RunSummary, list_runs
 from ..sessions.store import RunRow, SessionRow, Store
-from .common import connect, console, print_json
+from .common import console, print_json
 
 
 def find_run(store: Store, run_id: str) -> RunRow:
@@ -175,29 +175,4 @@ async def baseline(args: argparse.Namespace) -> int:
         run = find_run(store, args.run_id)
         store.set_baseline(run.run_id, not args.off)
     console().print(f"{run.run_id} {'is no longer' if args.off else 'is now'} a baseline")
-    return 0
-
-
-async def pull(args: argparse.Namespace) -> int:
-    from ..sessions.artifacts import pull_run
-
-    with Store() as store:
-        run = find_run(store, args.run_id)
-        if not store.artifacts(run.run_id):
-            raise GpuwsError(f"run {run.run_id} announced no artifacts", title="Nothing to pull")
-        client = await connect(args)
-        try:
-            results = await pull_run(client, store, run.session_id, run.run_id)
-        finally:
-            await client.close()
-        rows = store.artifacts(run.run_id)
-    if args.json:
-        print_json(msgspec.to_builtins(rows))
-        return 0
-    out = console()
-    for r in results:
-        resumed = f" (resumed at {r.resumed_from} B)" if r.resumed_from else ""
-        out.print(f"pulled {r.name} → {r.local_path}{resumed}")
-    for row in rows:
-        out.print(f"{row.status:>8}  {row.name}  {row.size} B  sha256 {row.sha256}")
     return 0
