@@ -3,12 +3,20 @@
 The tests never touch the user's ~/.ssh: every client-side file (config, key,
 known_hosts) lives in a temporary directory, and the pod side's gpuws cache is pointed
 at another one through sshd's ``SetEnv GPUWS_POD_CACHE``.
+
+A machine without sshd (the GPU machine) can run a carried one: ``GPUWS_CARRIED_SSHD``
+names a folder made by ``tests/gpu/make_carry.sh`` (``bin/`` sshd, sftp-server,
+ssh-keygen; ``lib/`` their shared libraries). sshd and ssh-keygen then run with
+``LD_LIBRARY_PATH`` pointing there, set for those processes alone: sshd builds each
+session's environment afresh (USER, HOME, PATH, SetEnv...; session.c ``do_setup_env``),
+so the sessions' shells, and the agent, never see it.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -22,7 +30,60 @@ from pathlib import Path
 PTY_PROXY = Path(__file__).resolve().parent / "transport" / "pty_proxy.sh"
 
 
+#: A folder made by tests/gpu/make_carry.sh: run that sshd instead of the system's.
+CARRIED_ENV = "GPUWS_CARRIED_SSHD"
+
+
+def carried_sshd() -> Path | None:
+    """The carried OpenSSH folder named by :data:`CARRIED_ENV` (None: not asked for).
+
+    Raises:
+        RuntimeError: the variable is set but the folder is not usable here (not made, or
+            this machine's glibc is older than the carried files need), in one line.
+    """
+    where = os.environ.get(CARRIED_ENV)
+    if not where:
+        return None
+    root = Path(where).resolve()
+    if not (root / "bin" / "sshd").is_file():
+        raise RuntimeError(f"{CARRIED_ENV}={where}: no bin/sshd there; make it with "
+                           "tests/gpu/make_carry.sh and carry .carry/ to this machine")
+    need = (root / "GLIBC").read_text().strip() if (root / "GLIBC").exists() else ""
+    have = os.confstr("CS_GNU_LIBC_VERSION") or ""  # "glibc 2.39"
+    if need and have.startswith("glibc ") and _version(have.split()[1]) < _version(need):
+        raise RuntimeError(f"the carried sshd needs glibc >= {need}, this machine has "
+                           f"{have}: make the carry on a machine with an older glibc")
+    for prog in (root / "bin").iterdir():
+        if not os.access(prog, os.X_OK):
+            prog.chmod(0o755)  # a copy that lost its modes on the way
+    return root
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(".") if x.isdigit())
+
+
+def carried_env(root: Path) -> dict[str, str]:
+    """The environment of a carried OpenSSH program: its libraries, a plain PATH, no more."""
+    return {"LD_LIBRARY_PATH": str(root / "lib"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+
+
+def ensure_privsep() -> None:
+    """What a root sshd needs and a machine without OpenSSH lacks: the ``sshd`` user
+    (privilege separation) and the empty ``/run/sshd`` it chroots into."""
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+    try:
+        pwd.getpwnam("sshd")
+    except KeyError:
+        shell = "/usr/sbin/nologin" if os.path.exists("/usr/sbin/nologin") else "/bin/false"
+        subprocess.run(["useradd", "-r", "-M", "-d", "/run/sshd", "-s", shell, "sshd"],
+                       check=True, capture_output=True)
+
+
 def find_sshd() -> str | None:
+    carried = carried_sshd()
+    if carried is not None:
+        return str(carried / "bin" / "sshd")
     for cand in (shutil.which("sshd"), "/usr/sbin/sshd", "/usr/local/sbin/sshd"):
         if cand and os.path.exists(cand):
             return cand
@@ -36,8 +97,10 @@ def free_port() -> int:
 
 
 def keygen(path: Path) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpuws-test",
-                    "-f", str(path)], check=True)
+    carried = carried_sshd()
+    prog = str(carried / "bin" / "ssh-keygen") if carried else "ssh-keygen"
+    subprocess.run([prog, "-q", "-t", "ed25519", "-N", "", "-C", "gpuws-test", "-f", str(path)],
+                   check=True, env=carried_env(carried) if carried else None)
 
 
 @dataclass
@@ -119,13 +182,19 @@ class SshServer:
         if env:
             lines.append("SetEnv " + " ".join(env))
         lines += self.extra
+        carried = carried_sshd()
+        if carried is not None and os.geteuid() == 0:
+            ensure_privsep()
         for _ in range(5):
             self.port = free_port()
             cfg = self.root / "sshd_config"
             cfg.write_text("\n".join([f"Port {self.port}", *lines]) + "\n")
             os.makedirs("/run/sshd", exist_ok=True) if os.geteuid() == 0 else None
+            # A carried sshd gets its libraries (and nothing else) through its own
+            # environment; the sessions it starts do not inherit it (see the docstring).
             self.proc = subprocess.Popen([find_sshd() or "sshd", "-D", "-e", "-f", str(cfg)],
-                                         stderr=open(self.root / "sshd.log", "wb"))
+                                         stderr=open(self.root / "sshd.log", "wb"),
+                                         env=carried_env(carried) if carried else None)
             if self._wait_listening():
                 return self
             self.stop()

@@ -229,6 +229,14 @@ def agent_argv(bundle: Bundle, python: str = "python3") -> list[str]:
     return ["sh", "-c", f'exec "$0" "{POD_CACHE}/agent/{bundle.sha256}.pyz" "$@"', python]
 
 
+def serve_command(python: str) -> list[str]:
+    """The agent's ``serve`` command; ``--python-given`` when the person named the pod's
+    interpreter (``--python`` other than the default ``python3``): workloads then run under
+    it and the agent looks for no other (``remote_agent/pythons.py``). The default
+    ``python3`` is the login PATH's, and the agent may find a better one for workloads."""
+    return ["serve"] if python == "python3" else ["serve", "--python-given"]
+
+
 async def start_agent(transport: Transport, *, python: str = "python3",
                       timeout: float = 60.0) -> tuple[RemoteProcess, DeployResult, bytes]:
     """Start ``serve`` on the pod, uploading the bundle only when the cache lacks it.
@@ -257,7 +265,8 @@ async def _start_once(transport: Transport, *, python: str,
     bundle = build_bundle()
     text_mode = transport.info.kind == "pty"
     t0 = time.monotonic()
-    argv = (text_bootstrap_argv if text_mode else bootstrap_argv)(bundle, ["serve"], python)
+    argv = (text_bootstrap_argv if text_mode else bootstrap_argv)(bundle, serve_command(python),
+                                                                   python)
     proc = await transport.start(argv)
     state = ""
     sent = 0

@@ -71,6 +71,7 @@ def doctor_report(host: str, client: AgentClient, probe: Probe, total_s: float) 
         "cuda_driver": probe.cuda_driver,
         "toolkits": p["toolkits"],
         "python_packages": p["python_packages"],
+        "python_choice": p["python_choice"],
         "ncu": {"installs": p["ncu"]},
         "nsys": {"installs": p["nsys"]},
         "counters": p["counters"],
@@ -82,6 +83,22 @@ def doctor_report(host: str, client: AgentClient, probe: Probe, total_s: float) 
 
 def _na(value: Any) -> str:
     return "—" if value in (None, "", []) else str(value)
+
+
+def python_text(agent: dict[str, Any], choice: dict[str, Any] | None) -> Text:
+    """Which Python runs the workloads and why (``python_choice``), and the agent's own
+    when it differs; an agent without the choice shows only its own."""
+    own = safe(f"{agent['version']} at {agent['path']}")
+    if not choice:
+        return own
+    colour = {"fallback": "yellow", "found": "green"}.get(choice["how"], "")
+    out = Text.assemble(safe(choice["path"], "bold"),
+                        f" (Python {visible(choice.get('version') or '?', 40)}, ",
+                        (visible(choice["how"], 20), colour), ")\n", safe(choice["reason"]))
+    if choice["path"] != agent["path"]:
+        out.append("\nthe agent itself runs on ")
+        out.append_text(own)
+    return out
 
 
 def render(r: dict[str, Any]) -> None:
@@ -99,7 +116,7 @@ def render(r: dict[str, Any]) -> None:
     hints = s["container"] + s["virtualization"]
     t.add_row("container/VM", ", ".join(hints) if hints else "none detected")
     t.add_row("user", f"{s['user']} (uid {s['uid']})")
-    t.add_row("python", f"{r['python']['version']} at {r['python']['path']}")
+    t.add_row("python", python_text(r["python"], r.get("python_choice")))
     t.add_row("driver", f"{_na(r['driver'])} (supports CUDA {_na(r['cuda_driver'])})")
     t.add_row("toolkits", ", ".join(f"{k['version'] or '?'} ({k['path']})" for k in r["toolkits"])
               or "no nvcc found")

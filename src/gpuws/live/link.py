@@ -19,6 +19,7 @@ from .. import protocol
 from ..client import AgentClient
 from ..deploy import start_agent
 from ..errors import GpuwsError, HostKeyError
+from ..textsafe import visible
 from ..transport import Transport, make_transport
 
 #: The steps of a connection, in order.
@@ -207,11 +208,16 @@ async def _connect(transport: Transport, on_step: OnStep, clock: Callable[[], fl
 
 
 def probe_summary(probe: protocol.Probe) -> str:
-    """One line: the GPUs, driver and CUDA, or why there is no GPU."""
+    """One line: the GPUs, driver and CUDA, or why there is no GPU; then the workloads'
+    Python when it is not simply the login PATH's python3 (found, named, or a fallback
+    without CuPy and torch)."""
+    py = probe.python_choice
+    python = "" if py is None or py.how == "login" else (
+        f" · python {visible(py.path, 160)} ({visible(py.how, 20)})")
     if not probe.gpus:
-        return f"no GPU: {probe.gpu_error or 'none found'}"
+        return f"no GPU: {probe.gpu_error or 'none found'}{python}"
     names: dict[str, int] = {}
     for gpu in probe.gpus:
         names[gpu.name] = names.get(gpu.name, 0) + 1
     gpus = ", ".join(f"{n}× {name}" if n > 1 else name for name, n in names.items())
-    return f"{gpus} · driver {probe.driver or '?'} · CUDA {probe.cuda_driver or '?'}"
+    return f"{gpus} · driver {probe.driver or '?'} · CUDA {probe.cuda_driver or '?'}{python}"

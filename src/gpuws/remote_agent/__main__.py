@@ -21,6 +21,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if cmd == "serve":
         from .serve import main as serve_main
 
+        # Whether the laptop named this interpreter (--python): workloads then run under it
+        # and no other is looked for (pythons.GIVEN_ENV; the workers serve starts inherit
+        # it). Set or cleared here, so only what this serve was told counts.
+        if args[1:] == ["--python-given"]:
+            os.environ["GPUWS_PYTHON_GIVEN"] = "1"
+        else:
+            os.environ.pop("GPUWS_PYTHON_GIVEN", None)
         return serve_main()
     if cmd == "worker" and len(args) == 2:
         from .worker import main as worker_main

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -64,8 +63,10 @@ def verify(ncu: str, send: Send) -> str:
         raise RuntimeError("%s --version failed: %s" % (ncu, ver.stderr.strip()[-300:]))
     version = ver.stdout.strip().splitlines()[-1]
     t0 = time.time()
+    from .pythons import workload_python  # CuPy lives where the workloads' Python is
+
     smoke = subprocess.run([ncu, "--metrics", "gpu__time_duration.sum", "-c", "1",
-                            sys.executable, "-c", SMOKE], capture_output=True, text=True,
+                            workload_python(), "-c", SMOKE], capture_output=True, text=True,
                            timeout=600, stdin=subprocess.DEVNULL)
     out = smoke.stdout + smoke.stderr
     if smoke.returncode != 0 or "==PROF== Profiling" not in out:

@@ -25,7 +25,6 @@ import os
 import platform
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -138,8 +137,9 @@ def _stream(argv: List[str], send: Send) -> int:
     return proc.wait()
 
 
-def verify(nsys: str, python: str = sys.executable, timeout_s: float = 600) -> str:
-    """``nsys --version`` and a tiny ``nsys profile`` that must write a report.
+def verify(nsys: str, python: Optional[str] = None, timeout_s: float = 600) -> str:
+    """``nsys --version`` and a tiny ``nsys profile`` that must write a report, run by
+    ``python`` (default: the workloads' interpreter, where CuPy is).
 
     Raises:
         RuntimeError: either failed; the message quotes what nsys said.
@@ -149,6 +149,10 @@ def verify(nsys: str, python: str = sys.executable, timeout_s: float = 600) -> s
     if ver.returncode != 0:
         raise RuntimeError("%s --version failed: %s" % (nsys, ver.stderr.strip()[-300:]))
     version = (ver.stdout.strip().splitlines() or ["?"])[-1]
+    if python is None:
+        from .pythons import workload_python
+
+        python = workload_python()
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="gpuws-nsys-") as tmp:
         base = os.path.join(tmp, "smoke")

@@ -16,10 +16,11 @@ import site
 import socket
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from . import gpuinfo, tools
+from .safefiles import read_regular
 
 PARAMS_PATH = "/proc/driver/nvidia/params"
 STATUS_PATH = "/proc/self/status"
@@ -298,25 +299,47 @@ def parse_torch_cuda(version_py: str) -> str | None:
     return m.group(2)
 
 
-def venv_site_packages(executable: str) -> tuple[list[str], bool] | None:
+def pyvenv_cfg(executable: str) -> tuple[str, dict[str, str]] | None:
+    """The venv ``executable`` belongs to and the keys of its ``pyvenv.cfg`` (lower-cased);
+    None outside a venv.
+
+    The file is looked for next to or one level above the interpreter's directory (the
+    interpreter path is not resolved: a venv's python is a symlink) and read without
+    blocking or following a link, so a FIFO left there cannot hang the probe.
+    """
+    bindir = os.path.dirname(os.path.abspath(executable))
+    for venv in (bindir, os.path.dirname(bindir)):
+        try:
+            raw = read_regular(os.path.join(venv, "pyvenv.cfg"), 1 << 16)
+        except OSError:
+            continue
+        values: dict[str, str] = {}
+        for line in raw.decode("utf-8", "replace").splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                values[key.strip().lower()] = value.strip()
+        return venv, values
+    return None
+
+
+def venv_site_packages(executable: str, version: tuple[int, int] | None = None
+                       ) -> tuple[list[str], bool] | None:
     """The site-packages of the venv ``executable`` belongs to, and whether it also sees
     the system's (``include-system-site-packages``); None outside a venv.
 
     Python learns it runs in a venv from ``site.py``, which ``python3 -S`` skips, so the
-    agent reads ``pyvenv.cfg`` itself (next to or one level above the interpreter's
-    directory; the interpreter path is not resolved, a venv's python is a symlink).
+    agent reads ``pyvenv.cfg`` itself (:func:`pyvenv_cfg`). ``version`` (major, minor)
+    names the ``lib/pythonX.Y`` to look in; default: this interpreter's.
     """
-    bindir = os.path.dirname(os.path.abspath(executable))
-    for venv in (bindir, os.path.dirname(bindir)):
-        cfg = _read(os.path.join(venv, "pyvenv.cfg"))
-        if cfg is None:
-            continue
-        system = re.search(r"^include-system-site-packages\s*=\s*true\s*$", cfg,
-                           re.M | re.I) is not None
-        ver = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-        dirs = [os.path.join(venv, lib, ver, "site-packages") for lib in ("lib", "lib64")]
-        return [d for d in dirs if os.path.isdir(d)], system
-    return None
+    found = pyvenv_cfg(executable)
+    if found is None:
+        return None
+    venv, values = found
+    system = values.get("include-system-site-packages", "").lower() == "true"
+    major, minor = version or (sys.version_info[0], sys.version_info[1])
+    ver = f"python{major}.{minor}"
+    dirs = [os.path.join(venv, lib, ver, "site-packages") for lib in ("lib", "lib64")]
+    return [d for d in dirs if os.path.isdir(d)], system
 
 
 def _search_paths() -> list[str]:
@@ -340,6 +363,35 @@ def _search_paths() -> list[str]:
     return out
 
 
+#: Metadata directories that may be torch's or CuPy's (``torch-2.11.0.dist-info``,
+#: ``cupy_cuda13x-14.2.0.dist-info``, a legacy ``.egg-info``); no other is read.
+_DIST_DIR = re.compile(r"^(torch|cupy)([-_.][^-]*)?-.*\.(dist-info|egg-info)$", re.I)
+
+
+def _distributions(paths: list[str]) -> Iterator[Any]:
+    """The installed distributions in ``paths`` that may be torch or CuPy.
+
+    Only metadata directories whose name fits :data:`_DIST_DIR` are read: a torch venv
+    holds a hundred others, and reading every METADATA took ~35 ms per site-packages, paid
+    for each interpreter :mod:`.pythons` looks at. Entries that are not directories (a
+    zip or an egg on ``sys.path``) go through ``importlib.metadata`` whole.
+    """
+    import pathlib
+    from importlib import metadata  # 3.8+; imported here so the module loads anywhere
+
+    for path in paths:
+        if not os.path.isdir(path):
+            yield from metadata.distributions(path=[path])
+            continue
+        try:
+            names = sorted(os.listdir(path))
+        except OSError:
+            continue
+        for name in names:
+            if _DIST_DIR.match(name):
+                yield metadata.PathDistribution(pathlib.Path(path, name))
+
+
 def python_packages(paths: list[str] | None = None) -> list[dict[str, Any]]:
     """CuPy and torch as ``protocol.PyPackage`` dicts, without importing them.
 
@@ -350,12 +402,16 @@ def python_packages(paths: list[str] | None = None) -> list[dict[str, Any]]:
     Args:
         paths: Directories to search; default: ``sys.path`` plus the site directories.
     """
-    from importlib import metadata  # 3.8+; imported here so the module loads anywhere
-
     found: dict[str, dict[str, Any]] = {}
-    for dist in metadata.distributions(path=_search_paths() if paths is None else paths):
-        # Distribution.name only exists from 3.10.
-        raw = dist.metadata["Name"]
+    for dist in _distributions(_search_paths() if paths is None else paths):
+        try:
+            # Distribution.name only exists from 3.10.
+            md = dist.metadata
+            raw = md["Name"] if md is not None else None
+        except (TypeError, ValueError, OSError):
+            # Metadata that cannot be parsed (3.12 raises TypeError for a dist-info
+            # without METADATA): not a package we can report on.
+            continue
         if not raw:
             continue
         name = re.sub(r"[-_.]+", "-", str(raw)).lower()
@@ -392,15 +448,22 @@ def python_packages(paths: list[str] | None = None) -> list[dict[str, Any]]:
 def probe() -> dict[str, Any]:
     """Everything the agent can learn about the pod without a GPU context.
 
-    Tool ``--version`` runs go on in threads while the GPUs and the host are read, so
-    the probe takes about as long as the slowest tool (well under 2 s normally).
+    Tool ``--version`` runs and the choice of the workloads' Python
+    (:func:`.pythons.choose`, bounded at about a second) go on in threads while the GPUs
+    and the host are read, so the probe takes about as long as the slowest of them (well
+    under 2 s normally). ``python_path``/``python_version`` are the agent's own
+    interpreter; ``python_packages`` are those of the interpreter workloads run under
+    (``python_choice``), which is what decides whether they can import CuPy and torch.
 
     Returns:
         A dict that ``msgspec.convert(d, protocol.Probe)`` accepts strictly.
     """
+    from . import pythons  # it imports this module: import it here, not at the top
+
     start = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         installs = pool.submit(tools.all_installs)
+        python = pool.submit(pythons.choose)
         gpus = gpuinfo.list_gpus()
         driver = gpus.driver
         if driver is None:
@@ -437,10 +500,10 @@ def probe() -> dict[str, Any]:
             "gpu_error": gpus.error,
             "driver": driver,
             "cuda_driver": gpus.cuda_driver,
-            "python_packages": python_packages(),
             "counters": read_counters(driver, uid=uid),
         }
         found = installs.result()
+        result["python_choice"], result["python_packages"] = python.result()
     result["toolkits"] = found["toolkits"]
     result["ncu"] = found["ncu"]
     result["nsys"] = found["nsys"]

@@ -9,14 +9,12 @@ measured and why. Every step is an event in the run's durable log.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import sys
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from . import clocks, gpusel, procs, wire
+from . import clocks, gpusel, procs, pythons, wire
 
 if TYPE_CHECKING:
     from .worker import RunContext
@@ -57,6 +55,12 @@ class Pod:
         self.cc: Optional[str] = mine[0].get("compute_capability") if mine else None
         self.driver: Optional[str] = self.facts.get("driver")
         self.counters: Dict[str, Any] = self.facts.get("counters") or {}
+        #: The interpreter workloads run under (``protocol.PythonChoice``), and its packages.
+        self.python: Dict[str, Any] = self.facts.get("python_choice") or {}
+
+    def has_package(self, name: str) -> bool:
+        """Whether the workloads' interpreter has ``torch`` or ``cupy`` installed."""
+        return pythons.installed(self.facts.get("python_packages") or [], name)
 
     @property
     def has_gpu(self) -> bool:
@@ -83,6 +87,7 @@ def execute(ctx: "RunContext") -> None:
     except ValueError as exc:
         raise WorkloadError(str(exc)) from exc
     pod = Pod(run_gpu_index(ctx))
+    ctx.python_choice = pod.python
     if ref.kind == "cmd":
         run_command(ctx, ref.target, pod)
     else:
@@ -157,6 +162,7 @@ def command_argv(ctx: "RunContext", command: str) -> List[str]:
     plan = plan_command(command)
     ctx.env.update(plan.env)
     if plan.how == "exec":
+        plan.argv = pythons.command_argv(plan.argv, ctx.python_choice)
         found = shutil.which(plan.argv[0], path=ctx.env.get("PATH", os.defpath))
         if found is None:
             raise WorkloadError("cmd: %s: command not found on the pod (PATH=%s)"
@@ -168,29 +174,31 @@ def command_argv(ctx: "RunContext", command: str) -> List[str]:
 def child_argv(ctx: "RunContext", mode: str, *args: str) -> List[str]:
     from .runs import agent_entry
 
-    return [sys.executable, agent_entry(), "child", mode, ctx.run_id, *args]
+    return [pythons.interpreter(ctx.python_choice), agent_entry(), "child", mode, ctx.run_id,
+            *args]
 
 
 def ensure_cupy(ctx: "RunContext", pod: Pod) -> None:
-    if importlib.util.find_spec("cupy") is not None:
+    if pod.has_package("cupy"):
         return
+    python = pythons.interpreter(ctx.python_choice)
     major = str(pod.facts.get("cuda_driver") or "").split(".")[0]
     wheel = "cupy-cuda13x" if major == "13" else "cupy-cuda12x" if major == "12" else None
     if wheel and ctx.spec.get("install_cupy"):
-        argv = [sys.executable, "-m", "pip", "install", "--user", wheel]
+        argv = pythons.pip_install_argv(python, wheel)
         ctx.emit(wire.make("log", level="info", message="installing %s (asked for)" % wheel))
         res = procs.run_streaming(argv, emit=ctx.emit, tier=None, cwd=ctx.run_dir, env=ctx.env)
-        importlib.invalidate_caches()
         if res.returncode == 0:
             return
     ctx.emit(wire.make(
         "diagnosis", code="no_cupy", severity="error", title="CuPy is not installed on the pod",
-        cause="%s cannot import cupy; the bundled kernels and Tier 1 need it" % sys.executable,
+        cause="%s cannot import cupy; the bundled kernels and Tier 1 need it" % python,
         meaning="nothing can run on the GPU from Python until CuPy is installed",
-        remedies=["%s -m pip install %s" % (sys.executable, wheel) if wheel else
+        remedies=[" ".join(pythons.pip_install_argv(python, wheel)) if wheel else
                   "install the CuPy wheel that matches the driver's CUDA major version",
                   "or run again with --install-cupy to let gpuws install %s" % (wheel or "it")],
-        details={"driver_cuda": pod.facts.get("cuda_driver"), "wheel": wheel}))
+        details={"driver_cuda": pod.facts.get("cuda_driver"), "wheel": wheel,
+                 "python": pod.python.get("reason")}))
     raise WorkloadError("CuPy is missing on the pod (%s fits driver CUDA %s)"
                         % (wheel or "no known wheel", pod.facts.get("cuda_driver")))
 
@@ -307,7 +315,7 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
             return finish_tier2(ctx, t0, found[0], "nsys", tried, found[1])
     else:
         tried.append("nsys: not installed on the pod")
-    if python and torch_argv and importlib.util.find_spec("torch") is not None:
+    if python and torch_argv and pod.has_package("torch"):
         ran = True
         found = tier2_torch(ctx, torch_argv, False, tried)
         if found is not None:

@@ -46,6 +46,9 @@ class RunContext:
         #: The GPU the run uses (:func:`choose_gpu`); every tier pins to it through
         #: :attr:`env` (and ncu's device filter), none chooses one of its own.
         self.gpu: gpusel.Choice = gpusel.Choice(None, False, [])
+        #: The interpreter workloads run under (``protocol.PythonChoice`` as a dict), from
+        #: the probe ``tiers.execute`` makes; None: this agent's own (pythons.interpreter).
+        self.python_choice: Optional[Dict[str, Any]] = None
         #: Bounds of one :meth:`announce_artifacts` pass (what a workload leaves is
         #: untrusted: the worker must reach ``run_finished`` whatever it is).
         self.hash_budget_s = HASH_BUDGET_S

@@ -43,6 +43,8 @@ def render_probe(p: protocol.Probe) -> Text:
     text.append(_tools(p.toolkits, "no CUDA toolkit found"))
     text.append("\npython ", "bold")
     text.append(" · ".join(_package(pkg) for pkg in p.python_packages) or "—")
+    if (py := p.python_choice) is not None:  # which interpreter those are, and how chosen
+        text.append(f" · {visible(py.path, 120)} ({visible(py.how, 20)})", "dim")
     text.append("\nnsys ", "bold")
     text.append(_tools(p.nsys, "not found (Tier 2 falls back to torch.profiler or ncu)"))
     return text
