@@ -411,6 +411,21 @@ def test_discovery_is_bounded(places: dict[str, object], capsys: pytest.CaptureF
     assert "stopped at the 0.0 s bound" in choice["reason"]
 
 
+def test_a_crowded_home_does_not_hide_opt(places: dict[str, object]) -> None:
+    """A home with more project venvs than the bound: ``/opt`` is looked at before them.
+    (The projects are venv layouts linking this interpreter, as in the bound test.)"""
+    home, opt = Path(str(places["home"])), Path(str(places["opt_dirs"][0]))  # type: ignore[index]
+    real = os.path.realpath(sys.executable)
+    for i in range(pythons.MAX_CANDIDATES + 10):
+        root = home / f"proj{i:03d}" / ".venv"
+        (root / "bin").mkdir(parents=True)
+        (root / "bin" / "python3").symlink_to(real)
+        (root / "pyvenv.cfg").write_text(f"home = {os.path.dirname(real)}\n")
+    best = venv_with(opt / "torch" / ".venv", "torch", "cupy")
+    choice, _, _ = choose(places)
+    assert (choice["how"], choice["path"]) == ("found", str(best))
+
+
 def test_this_machine(capsys: pytest.CaptureFixture[str]) -> None:
     """The real places of this machine (its PATH, home, /opt): decodes, and is quick."""
     t0 = time.monotonic()

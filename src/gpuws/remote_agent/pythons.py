@@ -35,8 +35,9 @@ from .safefiles import read_regular
 #: Set (to ``1``) in the agent's environment when the laptop named its interpreter with
 #: ``--python``; the workers ``serve`` starts inherit it.
 GIVEN_ENV = "GPUWS_PYTHON_GIVEN"
-#: Interpreters looked at, at most (duplicates of one already seen do not count).
-MAX_CANDIDATES = 32
+#: Interpreters looked at, at most (duplicates of one already seen do not count). One
+#: without torch or CuPy costs about a millisecond to look at.
+MAX_CANDIDATES = 64
 #: Seconds spent looking (listing, reading metadata) before the search stops.
 BUDGET_S = 1.0
 #: Seconds the chosen interpreter may take to answer ``-c``; a venv on a cold network disk
@@ -407,10 +408,11 @@ def candidate_paths(environ: Mapping[str, str], home: str,
                     local_bins: Iterable[str] = LOCAL_BINS) -> Iterator[str]:
     """Every place an interpreter may be, in the order ties are broken by: the PATH first
     (absolute entries only: a relative one depends on the directory the agent started in;
-    pyenv's shims are scripts, its versions are looked at directly),
-    then active and conda environments, virtualenvs in the home, ``/opt`` and
-    ``/workspace``, pyenv's versions, ``/usr/local/bin``. Only existing paths are yielded;
-    duplicates are for the caller to drop."""
+    pyenv's shims are scripts, its versions are looked at directly), then the active and
+    conda environments, ``~/.venv``/``~/venv``, ``/opt`` and ``/workspace``, and only then
+    the broad ``~/*/.venv`` (a home with many projects must not use up the bound before
+    ``/opt/torch/.venv`` is reached), pyenv's versions, ``/usr/local/bin``. Only existing
+    paths are yielded; duplicates are for the caller to drop."""
     def gen() -> Iterator[str]:
         seen_dirs: List[str] = []
         for d in environ.get("PATH", "").split(os.pathsep):
@@ -428,8 +430,6 @@ def candidate_paths(environ: Mapping[str, str], home: str,
             yield from _conda(os.path.join(home, name))
         for name in (".venv", "venv"):
             yield from _env(os.path.join(home, name))
-        for name in _listing(home):
-            yield from _env(os.path.join(home, name, ".venv"))
         for opt in opt_dirs:
             for name in _listing(opt):
                 root = os.path.join(opt, name)
@@ -444,6 +444,8 @@ def candidate_paths(environ: Mapping[str, str], home: str,
             for name in _listing(ws):
                 yield from _env(os.path.join(ws, name, ".venv"))
                 yield from _env(os.path.join(ws, name, "venv"))
+        for name in _listing(home):
+            yield from _env(os.path.join(home, name, ".venv"))
         for name in _listing(os.path.join(home, ".pyenv", "versions")):
             yield from _env(os.path.join(home, ".pyenv", "versions", name))
         for d in local_bins:
