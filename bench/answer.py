@@ -187,8 +187,8 @@ def gpuws_run(case: Case, args: argparse.Namespace, env: dict[str, str]) -> dict
 
 def top_kernel_regex(ncu_pass: dict[str, Any]) -> str | None:
     """The top kernel of a by-hand ncu pass (its CSV), as gpuws's Tier 3 would filter it."""
-    from gpuws.remote_agent.ncu_output import regex_escape
-    from gpuws.remote_agent.ncu_reader import read_raw_csv
+    from gpuws.remote_agent.profilers.ncu_output import regex_escape
+    from gpuws.remote_agent.profilers.ncu_reader import read_raw_csv
 
     totals: dict[str, float] = {}
     try:
@@ -207,7 +207,7 @@ def top_kernel_regex(ncu_pass: dict[str, Any]) -> str | None:
 
 def working_nsys() -> tuple[str | None, str]:
     """A working nsys, or None and why (the one inside ncu writes no report)."""
-    from gpuws.remote_agent.tools import nsys_installs
+    from gpuws.remote_agent.pod.tools import nsys_installs
 
     installs = nsys_installs()
     for inst in installs:
@@ -222,7 +222,7 @@ def working_nsys() -> tuple[str | None, str]:
 def by_hand(case: Case, args: argparse.Namespace, tmp: str,
             nsys: str | None) -> dict[str, dict[str, Any]]:
     """The same answers, a step per process, as typed in a shell on the pod."""
-    from gpuws.remote_agent.ncu_cmd import DEFAULT_SECTIONS, build_ncu_argv
+    from gpuws.remote_agent.profilers.ncu_cmd import DEFAULT_SECTIONS, build_ncu_argv
 
     t, dry = args.timeout, args.dry_run
     steps: dict[str, dict[str, Any]] = {}
@@ -420,7 +420,7 @@ def machine(ncu: str | None, nsys_note: str, python: str) -> dict[str, Any]:
 def default_ncu() -> str | None:
     """The ncu gpuws selects for this machine (the resolved install, as bench/tier3.py)."""
     try:
-        from gpuws.remote_agent.ncu_provision import current_plan
+        from gpuws.remote_agent.profilers.ncu_provision import current_plan
 
         selected = current_plan().get("selected")
         return str(selected) if selected else None

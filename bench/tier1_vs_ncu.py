@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuws.kernels.registry import make_builtin, parse_workload
-from gpuws.remote_agent.tier1 import (
+from gpuws.remote_agent.measure.tier1 import (
     COLD_GAP_MS,
     CupyEventTimer,
     make_hold,

@@ -27,9 +27,9 @@ import time
 from typing import Any
 
 from gpuws.kernels.registry import make_builtin, parse_workload
-from gpuws.remote_agent.ncu_cmd import build_ncu_argv
-from gpuws.remote_agent.ncu_output import NcuConsoleParser
-from gpuws.remote_agent.ncu_reader import read_ncu_rep
+from gpuws.remote_agent.profilers.ncu_cmd import build_ncu_argv
+from gpuws.remote_agent.profilers.ncu_output import NcuConsoleParser
+from gpuws.remote_agent.profilers.ncu_reader import read_ncu_rep
 
 WORKLOADS = ("builtin:saxpy", "builtin:tiled_matmul",
              "builtin:gemm?m=4096&n=4096&k=4096&dtype=fp16")
@@ -100,7 +100,7 @@ def main() -> int:
     args = ap.parse_args()
     if not args.ncu:
         # The resolved install, not a toolkit launcher script: its extras/python is beside it.
-        from gpuws.remote_agent.ncu_provision import current_plan
+        from gpuws.remote_agent.profilers.ncu_provision import current_plan
 
         args.ncu = current_plan()["selected"]
     rows = []

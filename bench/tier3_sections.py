@@ -19,7 +19,7 @@ from typing import Any
 from tier3 import ONE_PASS, profile
 
 from gpuws.kernels.registry import make_builtin, parse_workload
-from gpuws.remote_agent.ncu_cmd import DEFAULT_SECTIONS
+from gpuws.remote_agent.profilers.ncu_cmd import DEFAULT_SECTIONS
 
 BASE = ["SpeedOfLight", "Occupancy", "LaunchStats", "ComputeWorkloadAnalysis",
         "MemoryWorkloadAnalysis", "WarpStateStats"]

@@ -28,8 +28,8 @@ from typing import Any
 
 from gpuws.kernels.registry import BUILTINS, make_builtin, parse_workload
 from gpuws.kernels.workload import Workload
-from gpuws.remote_agent.stats import percentile
-from gpuws.remote_agent.tier1 import measure_peaks, run_tier1
+from gpuws.remote_agent.measure.stats import percentile
+from gpuws.remote_agent.measure.tier1 import measure_peaks, run_tier1
 
 DEFAULT_WORKLOADS = (
     "builtin:saxpy",

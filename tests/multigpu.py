@@ -2,7 +2,7 @@
 
 Built from the real ``nvidia-smi -q -x`` captures in ``tests/fixtures/nvidia-smi/`` (see its
 README for where each came from) through the agent's own parser
-(``gpuws.remote_agent.gpuinfo.parse_nvidia_smi_xml``), so the GPUs, their memory, clocks,
+(``gpuws.remote_agent.pod.gpuinfo.parse_nvidia_smi_xml``), so the GPUs, their memory, clocks,
 power, clock-event reasons and processes are exactly what such a pod reports. Only the
 non-GPU part of the probe (host name, OS, python) is filled in, with plain values.
 
@@ -18,7 +18,7 @@ import msgspec
 
 from gpuws import protocol
 from gpuws.live.telemetry import TelemetryHistory
-from gpuws.remote_agent.gpuinfo import parse_nvidia_smi_xml
+from gpuws.remote_agent.pod.gpuinfo import parse_nvidia_smi_xml
 
 NVIDIA_SMI = Path(__file__).parent / "fixtures" / "nvidia-smi"
 #: 2 × RTX A5000, driver 590.44.01, a llama-server on both GPUs.

@@ -3,7 +3,7 @@
 Readings are real: the H200's 345 MHz idle and 1,980 MHz boost SM clock and its 3,201 MHz
 memory clock (``tests/fixtures/ncu-2025.3.1-h200/nvidia_smi_q.xml``, issue 14), the GPUs
 of the multi-GPU captures in ``tests/fixtures/nvidia-smi/`` and NVML's clock-event names
-as the agent sends them (``gpuws.remote_agent.gpuinfo.CLOCK_EVENT_BITS``).
+as the agent sends them (``gpuws.remote_agent.pod.gpuinfo.CLOCK_EVENT_BITS``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from gpuws import clocks, gpus, protocol
 from gpuws.errors import UsageError
-from gpuws.remote_agent.gpuinfo import CLOCK_EVENT_BITS
+from gpuws.remote_agent.pod.gpuinfo import CLOCK_EVENT_BITS
 from multigpu import A5000_X2, K80_X4, probe  # type: ignore[import-not-found]
 
 H200_IDLE, H200_BOOST, H200_MEM = 345.0, 1980.0, 3201.0

@@ -26,7 +26,7 @@ from gpuws.client import AgentClient
 from gpuws.commands import doctor as doctor_cmd
 from gpuws.errors import GpuwsError, ProtocolError, UsageError
 from gpuws.live.boundary import check_answer
-from gpuws.remote_agent.nsys_provision import plan_nsys
+from gpuws.remote_agent.profilers.nsys_provision import plan_nsys
 from gpuws.transport.ssh import SSHTransport
 
 UBUNTU = 'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nID_LIKE=debian\n'

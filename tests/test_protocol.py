@@ -147,7 +147,8 @@ def _agent_line(event: dict) -> protocol.Events | protocol.BadLine:
 
 
 def test_run_started_with_its_gpu_decodes_strictly() -> None:
-    from gpuws.remote_agent import gpuinfo, gpusel, wire
+    from gpuws.remote_agent import wire
+    from gpuws.remote_agent.pod import gpuinfo, gpusel
 
     gpus = gpuinfo.parse_nvidia_smi_xml(K80_XML)["gpus"]
     for wanted in ("1", None):
@@ -165,7 +166,8 @@ def test_run_started_with_its_gpu_decodes_strictly() -> None:
 
 
 def test_gpu_diagnoses_decode_strictly(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from gpuws.remote_agent import gpuinfo, gpusel, worker
+    from gpuws.remote_agent import worker
+    from gpuws.remote_agent.pod import gpuinfo, gpusel
 
     monkeypatch.setenv("GPUWS_POD_CACHE", str(tmp_path))
     gpus = gpuinfo.parse_nvidia_smi_xml(K80_XML)["gpus"]
@@ -181,7 +183,9 @@ def test_gpu_diagnoses_decode_strictly(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 
 def test_tier1_result_with_clocks_decodes_strictly() -> None:
-    from gpuws.remote_agent import clocks, gpuinfo, stats, wire
+    from gpuws.remote_agent import wire
+    from gpuws.remote_agent.measure import stats
+    from gpuws.remote_agent.pod import clocks, gpuinfo
 
     # Readings shaped as Nvml.clocks returns them, from the H200 capture's sample.
     sample = gpuinfo.parse_nvidia_smi_xml(H200_XML)["samples"][0]
@@ -197,7 +201,8 @@ def test_tier1_result_with_clocks_decodes_strictly() -> None:
 
 
 def test_probe_and_telemetry_of_every_gpu_decode_strictly() -> None:
-    from gpuws.remote_agent import gpuinfo, probe, wire
+    from gpuws.remote_agent import wire
+    from gpuws.remote_agent.pod import gpuinfo, probe
 
     parsed = gpuinfo.parse_nvidia_smi_xml(K80_XML)
     facts = dict(probe.probe(), gpus=parsed["gpus"], gpu_source="nvidia-smi")

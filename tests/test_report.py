@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from gpuws.errors import GpuwsError, UsageError
-from gpuws.remote_agent import ncu_reader
+from gpuws.remote_agent.profilers import ncu_reader
 from gpuws.report import format_metric, read_report, render_report, report_json
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu-2025.3.1-h200"

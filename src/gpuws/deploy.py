@@ -236,7 +236,7 @@ def agent_argv(bundle: Bundle, python: str = "python3") -> list[str]:
 def serve_command(python: str) -> list[str]:
     """The agent's ``serve`` command; ``--python-given`` when the person named the pod's
     interpreter (``--python`` other than the default ``python3``): workloads then run under
-    it and the agent looks for no other (``remote_agent/pythons.py``). The default
+    it and the agent looks for no other (``remote_agent/pod/pythons.py``). The default
     ``python3`` is the login PATH's, and the agent may find a better one for workloads."""
     return ["serve"] if python == "python3" else ["serve", "--python-given"]
 

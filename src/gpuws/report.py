@@ -1,6 +1,6 @@
 """``gpuws report``: read a pulled ``.ncu-rep`` (or ncu CSV) on the laptop and show it.
 
-The reading is the agent's own (:mod:`gpuws.remote_agent.ncu_reader`), so a report reads
+The reading is the agent's own (:mod:`gpuws.remote_agent.profilers.ncu_reader`), so a report reads
 the same here as on the pod: through NVIDIA's ``ncu_report`` module, which the
 ``ncu-report`` wheel provides without ncu installed, or from ``ncu --csv`` output.
 Each launch also carries the clocks ncu measured it at (its SM and DRAM frequency), since
@@ -25,7 +25,7 @@ from rich.text import Text
 
 from . import humanfmt
 from .errors import GpuwsError, UsageError
-from .remote_agent import ncu_reader
+from .remote_agent.profilers import ncu_reader
 from .textsafe import text as safe
 
 __all__ = ["read_report", "render_report", "report_json"]
@@ -73,7 +73,7 @@ def read_report(path: str | Path) -> list[dict[str, Any]]:
             ``ncu --csv --page raw`` or ``--page details`` (told apart by its header).
 
     Returns:
-        One dict per launch, as :mod:`gpuws.remote_agent.ncu_reader` gives them.
+        One dict per launch, as :mod:`gpuws.remote_agent.profilers.ncu_reader` gives them.
 
     Raises:
         UsageError: the file does not exist.

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from faults.figures import record  # type: ignore[import-not-found]
-from gpuws.remote_agent import ncu_reader
-from gpuws.remote_agent.ncu_output import NcuConsoleParser
-from gpuws.remote_agent.tier2_parse import Tier2ParseError, parse_nsys_kern_sum_csv
+from gpuws.remote_agent.measure.tier2_parse import Tier2ParseError, parse_nsys_kern_sum_csv
+from gpuws.remote_agent.profilers import ncu_reader
+from gpuws.remote_agent.profilers.ncu_output import NcuConsoleParser
 from gpuws.report import ReportError, read_report
 
 FIX = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"

@@ -39,7 +39,7 @@ from gpuws.client import AgentClient
 from gpuws.errors import GpuwsError
 from gpuws.remote_agent import procs, runs
 from gpuws.remote_agent.child import materialize_file
-from gpuws.remote_agent.ncu_cmd import build_ncu_argv
+from gpuws.remote_agent.profilers.ncu_cmd import build_ncu_argv
 from gpuws.transport.ssh import SSHTransport
 from sshd import SshServer  # type: ignore[import-not-found]
 
@@ -380,7 +380,7 @@ def _check_sh_c(lst: ast.List, rel: str) -> int:
                 in ("sh", "bash", "dash", "zsh")):
             continue  # python3 -c CODE: the code is ours, its args are sys.argv
         script = elts[i + 1]
-        if rel == "remote_agent/tiers.py" and isinstance(script, ast.Name) \
+        if rel == "remote_agent/measure/tiers.py" and isinstance(script, ast.Name) \
                 and script.id == "command":
             return 1  # cmd:COMMAND, the explicit request
         ok = isinstance(script, ast.Constant) or (

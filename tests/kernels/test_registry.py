@@ -244,7 +244,7 @@ def test_torch_workloads_say_torch_is_missing() -> None:
 
 
 def test_import_is_gpu_free() -> None:
-    code = ("import sys, gpuws.kernels.registry, gpuws.remote_agent.tier1; "
+    code = ("import sys, gpuws.kernels.registry, gpuws.remote_agent.measure.tier1; "
             "bad = [m for m in ('cupy', 'numpy', 'torch') if m in sys.modules]; "
             "sys.exit(str(bad) if bad else 0)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from gpuws.protocol import Gpu, GpuProcess, GpuSample
-from gpuws.remote_agent import gpuinfo
+from gpuws.remote_agent.pod import gpuinfo
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SMI = FIXTURES / "nvidia-smi"

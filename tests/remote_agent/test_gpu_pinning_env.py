@@ -23,7 +23,9 @@ from typing import Any
 import pytest
 
 from gpuws import protocol
-from gpuws.remote_agent import clocks, gpuinfo, runs, tiers, worker
+from gpuws.remote_agent import runs, worker
+from gpuws.remote_agent.measure import tiers
+from gpuws.remote_agent.pod import clocks, gpuinfo
 from gpuws.remote_agent.worker import RunContext
 
 SMI_DIR = Path(__file__).parents[1] / "fixtures" / "nvidia-smi"

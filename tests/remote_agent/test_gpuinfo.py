@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from gpuws.protocol import Gpu, GpuSample
-from gpuws.remote_agent import gpuinfo
+from gpuws.remote_agent.pod import gpuinfo
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"
 SMI_TEXT = (FIXTURES / "nvidia_smi.txt").read_text()

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from gpuws.protocol import GpuTarget
-from gpuws.remote_agent import gpuinfo, gpusel
+from gpuws.remote_agent.pod import gpuinfo, gpusel
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 

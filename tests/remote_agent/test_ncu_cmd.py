@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuws.remote_agent.ncu_cmd import (
+from gpuws.remote_agent.profilers.ncu_cmd import (
     DEFAULT_SECTIONS,
     build_ncu_argv,
     parse_list_sections,

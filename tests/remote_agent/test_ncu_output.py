@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from gpuws import protocol
-from gpuws.remote_agent.ncu_output import (
+from gpuws.remote_agent.profilers.ncu_output import (
     NcuConsoleParser,
     progress_event,
     regex_escape,

@@ -14,8 +14,8 @@ import msgspec
 import pytest
 
 from gpuws import protocol
-from gpuws.remote_agent import ncu_reader
-from gpuws.remote_agent.ncu_reader import (
+from gpuws.remote_agent.profilers import ncu_reader
+from gpuws.remote_agent.profilers.ncu_reader import (
     CANONICAL,
     clean_rule_message,
     detect_decimal,

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from gpuws import protocol
-from gpuws.remote_agent.ncu_select import (
+from gpuws.remote_agent.profilers.ncu_select import (
     install_path_for,
     parse_ncu_version,
     parse_os_release,

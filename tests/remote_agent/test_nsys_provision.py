@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from gpuws.remote_agent import nsys_provision as np
 from gpuws.remote_agent import serve
-from gpuws.remote_agent.tools import nsys_installs
+from gpuws.remote_agent.pod.tools import nsys_installs
+from gpuws.remote_agent.profilers import nsys_provision as np
 
 UBUNTU = 'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nID_LIKE=debian\n'
 ROCKY = 'NAME="Rocky Linux"\nVERSION_ID="9.4"\nID="rocky"\nID_LIKE="rhel centos fedora"\n'

@@ -22,7 +22,7 @@ import msgspec
 import pytest
 
 from gpuws.protocol import ClockRange, Gpu, GpuSample
-from gpuws.remote_agent import clocks, gpuinfo
+from gpuws.remote_agent.pod import clocks, gpuinfo
 
 STUB = r"""
 #include <stdio.h>

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuws.remote_agent.ncu_reader import parse_number
-from gpuws.remote_agent.occupancy import (
+from gpuws.remote_agent.profilers.ncu_reader import parse_number
+from gpuws.remote_agent.profilers.occupancy import (
     arch_limits,
     parse_cuobjdump_resource_usage,
     parse_ptxas_verbose,

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from gpuws.protocol import Counters, Probe, PyPackage
-from gpuws.remote_agent import probe
+from gpuws.remote_agent.pod import probe
 
 SRC = Path(__file__).parent.parent.parent / "src"
 
@@ -246,7 +246,7 @@ def test_probe_under_isolated_stdlib_only_python(python: str) -> None:
     if not os.path.exists(python):
         pytest.skip(f"{python} not installed here")
     code = ("import sys, json; sys.path.insert(0, sys.argv[1]); "
-            "from gpuws.remote_agent import probe; print(json.dumps(probe.probe()))")
+            "from gpuws.remote_agent.pod import probe; print(json.dumps(probe.probe()))")
     out = subprocess.run([python, "-I", "-S", "-c", code, str(SRC)], capture_output=True,
                          text=True, timeout=30, check=True)
     decoded = msgspec.convert(json.loads(out.stdout), Probe)

@@ -1,4 +1,4 @@
-"""Choosing the workloads' Python on the pod (remote_agent/pythons.py), with real venvs.
+"""Choosing the workloads' Python on the pod (remote_agent/pod/pythons.py), with real venvs.
 
 Every interpreter here is a real virtualenv made with ``python -m venv`` (or a real
 pyenv install of this machine). torch and CuPy cannot be installed here (no GPU, no
@@ -26,7 +26,7 @@ import msgspec
 import pytest
 
 from gpuws.protocol import PyPackage, PythonChoice
-from gpuws.remote_agent import pythons
+from gpuws.remote_agent.pod import pythons
 
 VER = f"python{sys.version_info[0]}.{sys.version_info[1]}"
 TORCH_VERSION_PY = "__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n"

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuws import protocol
-from gpuws.remote_agent.stats import (
+from gpuws.remote_agent.measure.stats import (
     EXACT_MAX_N,
     ci_coverage,
     ci_reached,

@@ -20,7 +20,7 @@ import pytest
 from gpuws import protocol
 from gpuws.kernels.registry import make_builtin
 from gpuws.kernels.workload import Workload, load_file_workload
-from gpuws.remote_agent.tier1 import (
+from gpuws.remote_agent.measure.tier1 import (
     BATCH_BELOW_MS,
     COLD_GAP_MS,
     ROUND_MAX_SAMPLES,
@@ -200,7 +200,7 @@ def test_cold_run_tier1_warns_about_unbatched_short_calls() -> None:
 
 def test_without_memory_for_the_flush_auto_times_hot_and_cold_refuses(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuws.remote_agent import tier1
+    from gpuws.remote_agent.measure import tier1
 
     def no_memory(l2_bytes: int | None = None) -> L2Flush:
         raise MemoryError("Out of memory allocating 125,829,120 bytes")

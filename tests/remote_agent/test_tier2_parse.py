@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from gpuws.protocol import KernelRow, KernelTable
-from gpuws.remote_agent import tier2_parse as t2
+from gpuws.remote_agent.measure import tier2_parse as t2
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"
 TORCH_TABLE = (FIXTURES / "torch_profiler_key_averages.txt").read_text()

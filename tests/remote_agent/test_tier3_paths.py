@@ -20,7 +20,8 @@ import msgspec
 import pytest
 
 from gpuws import protocol
-from gpuws.remote_agent import runs, tiers
+from gpuws.remote_agent import runs
+from gpuws.remote_agent.measure import tiers
 from gpuws.remote_agent.worker import RunContext
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "ncu-2025.3.1-h200"

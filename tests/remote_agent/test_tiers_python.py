@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from gpuws import protocol
-from gpuws.remote_agent import runs, tiers
+from gpuws.remote_agent import runs
+from gpuws.remote_agent.measure import tiers
 from gpuws.remote_agent.worker import RunContext
 
 HAS_BOTH = [{"name": "cupy-cuda12x", "version": "13.6.0", "cuda": "12", "error": None},

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from gpuws.protocol import ToolInstall
-from gpuws.remote_agent import tools
+from gpuws.remote_agent.pod import tools
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"
 NCU_VERSION = (FIXTURES / "ncu_version.txt").read_text()

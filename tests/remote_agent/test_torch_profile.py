@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from gpuws import protocol
-from gpuws.remote_agent import tier2_parse as t2
-from gpuws.remote_agent import tiers, wire
-from gpuws.remote_agent.torch_profile import prepare, read_results
+from gpuws.remote_agent import wire
+from gpuws.remote_agent.measure import tier2_parse as t2
+from gpuws.remote_agent.measure import tiers
+from gpuws.remote_agent.measure.torch_profile import prepare, read_results
 from gpuws.remote_agent.worker import RunContext
 
 FIXTURE = (Path(__file__).parents[1] / "fixtures" / "ncu-2025.3.1-h200"

@@ -18,8 +18,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpuws.remote_agent import ncu_reader
-from gpuws.remote_agent.stats import summarize
+from gpuws.remote_agent.measure.stats import summarize
+from gpuws.remote_agent.profilers import ncu_reader
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"
 #: A fixed start time, so exports (which print times) are reproducible.

@@ -12,7 +12,7 @@ from textual.widgets import Button, Static
 
 from gpuws import protocol
 from gpuws.live.telemetry import TelemetryHistory
-from gpuws.remote_agent.nsys_provision import plan_nsys
+from gpuws.remote_agent.profilers.nsys_provision import plan_nsys
 from gpuws.tui import workers
 from gpuws.tui.app import GpuwsApp, StartHome
 from gpuws.tui.messages import NsysPlanReady

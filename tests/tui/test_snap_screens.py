@@ -21,8 +21,8 @@ from textual.widgets import DataTable, Input
 from gpuws import protocol
 from gpuws.live.link import Target
 from gpuws.live.telemetry import TelemetryHistory
-from gpuws.remote_agent.gpuinfo import TELEMETRY_FIELDS, parse_query_csv, samples_from_query
-from gpuws.remote_agent.ncu_select import select_ncu
+from gpuws.remote_agent.pod.gpuinfo import TELEMETRY_FIELDS, parse_query_csv, samples_from_query
+from gpuws.remote_agent.profilers.ncu_select import select_ncu
 from gpuws.sessions.cost import economics
 from gpuws.sessions.store import Store
 from gpuws.tui.app import GpuwsApp, StartConnect, StartHome

@@ -9,7 +9,7 @@ from textual.widgets import Button, Static
 from gpuws import protocol
 from gpuws.live.storeio import StoreHandle
 from gpuws.live.telemetry import TelemetryHistory
-from gpuws.remote_agent.ncu_select import select_ncu
+from gpuws.remote_agent.profilers.ncu_select import select_ncu
 from gpuws.tui.app import GpuwsApp, StartHome, StartReplay
 from gpuws.tui.messages import NcuPlanReady
 from gpuws.tui.screens.confirm import ConfirmScreen

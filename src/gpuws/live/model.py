@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import protocol
-from ..remote_agent.stats import median_ci_ranks, percentile
+from ..remote_agent.measure.stats import median_ci_ranks, percentile
 from .boundary import SeqGate
 
 #: Parts of the model an event can change; panes redraw only the parts that changed.

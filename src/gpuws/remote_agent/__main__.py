@@ -42,7 +42,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if cmd == "cat64" and len(args) in (3, 4):
         return cat64(args[1], int(args[2]), int(args[3]) if len(args) == 4 else 1 << 18)
     if cmd == "probe":
-        from .probe import probe
+        from .pod.probe import probe
 
         sys.stdout.write(json.dumps(probe(), indent=2) + "\n")
         return 0

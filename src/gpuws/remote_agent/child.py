@@ -76,7 +76,7 @@ def static_analysis(workload: Any, emit: EventPipe) -> None:
     """Registers, shared and local memory of each RawKernel, and the occupancy they allow."""
     import cupy
 
-    from .occupancy import theoretical_occupancy
+    from .profilers.occupancy import theoretical_occupancy
 
     raw = str(cupy.cuda.Device().compute_capability)  # "90" for sm_90
     cc = raw[:-1] + "." + raw[-1]
@@ -97,8 +97,8 @@ def static_analysis(workload: Any, emit: EventPipe) -> None:
 def mode_tier1(run_id: str, args: List[str]) -> int:
     import cupy
 
-    from .clocks import WINDOW_EVENT
-    from .tier1 import measure_peaks, run_tier1
+    from .measure.tier1 import measure_peaks, run_tier1
+    from .pod.clocks import WINDOW_EVENT
 
     emit = EventPipe()
     spec = load_spec(run_id)
@@ -167,7 +167,7 @@ def mode_torchprof(run_id: str, args: List[str]) -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from .torch_inject import DIR_ENV, stop_and_write
+    from .measure.torch_inject import DIR_ENV, stop_and_write
 
     iters = int(args[0]) if args else 10
     spec = load_spec(run_id)

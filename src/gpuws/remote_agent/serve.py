@@ -117,7 +117,7 @@ class Server:
             self._telemetry_thread.start()
 
     def _telemetry_loop(self) -> None:
-        from .gpuinfo import telemetry
+        from .pod.gpuinfo import telemetry
 
         while not self.stop.is_set() and self._telemetry_interval > 0:
             t0 = time.time()
@@ -136,7 +136,7 @@ def _ping(msg: Dict[str, Any], srv: Server) -> None:
 
 def _probe(msg: Dict[str, Any], srv: Server) -> None:
     def go() -> None:
-        from .probe import probe
+        from .pod.probe import probe
 
         srv.reply(msg.get("req"), "probe_result", probe=probe())
     srv.spawn(go, msg.get("req"))
@@ -226,7 +226,7 @@ def _stat_file(msg: Dict[str, Any], srv: Server) -> None:
 
 def _ncu_plan(msg: Dict[str, Any], srv: Server) -> None:
     def go() -> None:
-        from .ncu_provision import plan_event
+        from .profilers.ncu_provision import plan_event
 
         srv.send(plan_event(bool(msg.get("install")), msg.get("req"), srv.send))
     srv.spawn(go, msg.get("req"))
@@ -234,7 +234,7 @@ def _ncu_plan(msg: Dict[str, Any], srv: Server) -> None:
 
 def _nsys_plan(msg: Dict[str, Any], srv: Server) -> None:
     def go() -> None:
-        from .nsys_provision import plan_event
+        from .profilers.nsys_provision import plan_event
 
         srv.send(plan_event(bool(msg.get("install")), msg.get("req"), srv.send))
     srv.spawn(go, msg.get("req"))

@@ -13,7 +13,8 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional, Set
 
-from . import gpusel, procs, runs, wire
+from . import procs, runs, wire
+from .pod import gpusel
 from .safefiles import NotRegular, kind_of, sha256_regular
 
 Emit = procs.Emit
@@ -201,7 +202,7 @@ def choose_gpu(ctx: RunContext) -> Optional[str]:
     wanted = ctx.spec.get("gpu")
     wanted = None if wanted is None else str(wanted)
     try:
-        from .gpuinfo import list_gpus
+        from .pod.gpuinfo import list_gpus
 
         found = list_gpus()
         choice = gpusel.choose(wanted, ctx.env, found.gpus, found.error)
@@ -266,7 +267,9 @@ def main(run_id: str) -> int:
                                                    if ctx.gpu.remedy else "")
     else:
         try:
-            from . import tiers  # the tiers pull in more modules; keep startup of `serve` light
+            from .measure import (
+                tiers,  # the tiers pull in more modules; keep startup of `serve` light
+            )
 
             announce_gpu(ctx, replaced)
             tiers.execute(ctx)

@@ -24,7 +24,7 @@ from rich.text import Text
 
 from gpuws import clocks, humanfmt, protocol
 from gpuws.errors import UsageError
-from gpuws.remote_agent.stats import percentile
+from gpuws.remote_agent.measure.stats import percentile
 from gpuws.sessions.store import KernelMetricsRow, Store
 from gpuws.textsafe import visible
 

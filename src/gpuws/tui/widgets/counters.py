@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ... import protocol
-from ...remote_agent.tiers import COUNTER_REMEDIES
+from ...remote_agent.measure.tiers import COUNTER_REMEDIES
 
 
 class CountersPanel(Static):

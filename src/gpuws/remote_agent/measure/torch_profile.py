@@ -18,7 +18,7 @@ import pkgutil
 import re
 from typing import Any, Dict, List
 
-from .safefiles import read_regular
+from ..safefiles import read_regular
 from .tier2_parse import (
     Tier2ParseError,
     merge_timelines,
@@ -57,7 +57,7 @@ def prepare(run_dir: str, env: Dict[str, str], inject: bool, name: str = "torchp
         env[DIR_ENV] = out
         return out
     os.makedirs(site, mode=0o700, exist_ok=True)
-    source = pkgutil.get_data(__package__ or "gpuws.remote_agent", "torch_inject.py")
+    source = pkgutil.get_data(__package__ or "gpuws.remote_agent.measure", "torch_inject.py")
     if source is None:
         raise OSError("the agent bundle has no torch_inject.py")
     tmp = os.path.join(site, "sitecustomize.py.tmp")

@@ -12,7 +12,7 @@ import subprocess
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from . import wire
+from .. import wire
 
 Send = Callable[[Dict[str, Any]], None]
 
@@ -37,8 +37,8 @@ def plan_for(installs: List[Dict[str, Any]], driver: Optional[str], cc: Optional
 
 def current_plan(exclude: Optional[List[str]] = None) -> Dict[str, Any]:
     """The plan from a fresh look at the GPUs and the installed ncus."""
-    from .gpuinfo import list_gpus
-    from .tools import ncu_installs
+    from ..pod.gpuinfo import list_gpus
+    from ..pod.tools import ncu_installs
 
     gpus, driver, cuda_driver, _source, _error = list_gpus()
     cc = gpus[0].get("compute_capability") if gpus else None
@@ -63,7 +63,7 @@ def verify(ncu: str, send: Send) -> str:
         raise RuntimeError("%s --version failed: %s" % (ncu, ver.stderr.strip()[-300:]))
     version = ver.stdout.strip().splitlines()[-1]
     t0 = time.time()
-    from .pythons import workload_python  # CuPy lives where the workloads' Python is
+    from ..pod.pythons import workload_python  # CuPy lives where the workloads' Python is
 
     smoke = subprocess.run([ncu, "--metrics", "gpu__time_duration.sum", "-c", "1",
                             workload_python(), "-c", SMOKE], capture_output=True, text=True,

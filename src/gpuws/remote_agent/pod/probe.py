@@ -19,8 +19,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from ..safefiles import read_regular
 from . import gpuinfo, tools
-from .safefiles import read_regular
 
 PARAMS_PATH = "/proc/driver/nvidia/params"
 STATUS_PATH = "/proc/self/status"

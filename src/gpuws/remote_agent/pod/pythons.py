@@ -29,8 +29,8 @@ import sys
 import time
 from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Tuple
 
+from ..safefiles import read_regular
 from . import probe
-from .safefiles import read_regular
 
 #: Set (to ``1``) in the agent's environment when the laptop named its interpreter with
 #: ``--python``; the workers ``serve`` starts inherit it.

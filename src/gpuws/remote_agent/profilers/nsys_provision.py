@@ -29,7 +29,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import wire
+from .. import wire
 
 Send = Callable[[Dict[str, Any]], None]
 
@@ -113,8 +113,8 @@ def _version_key(version: str) -> Tuple[int, ...]:
 
 def current_plan() -> Dict[str, Any]:
     """The plan from a fresh look at the driver and the installed nsys."""
-    from .gpuinfo import list_gpus
-    from .tools import nsys_installs
+    from ..pod.gpuinfo import list_gpus
+    from ..pod.tools import nsys_installs
 
     _gpus, _driver, cuda_driver, _source, _error = list_gpus()
     try:
@@ -150,7 +150,7 @@ def verify(nsys: str, python: Optional[str] = None, timeout_s: float = 600) -> s
         raise RuntimeError("%s --version failed: %s" % (nsys, ver.stderr.strip()[-300:]))
     version = (ver.stdout.strip().splitlines() or ["?"])[-1]
     if python is None:
-        from .pythons import workload_python
+        from ..pod.pythons import workload_python
 
         python = workload_python()
     t0 = time.time()

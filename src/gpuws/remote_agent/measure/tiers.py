@@ -14,10 +14,11 @@ import shutil
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from . import clocks, gpusel, procs, pythons, wire
+from .. import procs, wire
+from ..pod import clocks, gpusel, pythons
 
 if TYPE_CHECKING:
-    from .worker import RunContext
+    from ..worker import RunContext
 
 #: What ncu would have measured; recorded as "not measured" when counters are blocked.
 NCU_METRICS = ["duration_ns", "sm_throughput_pct", "memory_throughput_pct",
@@ -47,7 +48,7 @@ class Pod:
     """
 
     def __init__(self, gpu_index: Optional[int] = None) -> None:
-        from .probe import probe
+        from ..pod.probe import probe
 
         self.facts = probe()
         gpus = self.facts.get("gpus") or []
@@ -73,14 +74,14 @@ class Pod:
         return None
 
     def select_ncu(self, exclude: List[str]) -> Dict[str, Any]:
-        from .ncu_provision import plan_for
+        from ..profilers.ncu_provision import plan_for
 
         return plan_for(list(self.facts.get("ncu") or []), self.driver, self.cc,
                         self.facts.get("cuda_driver"), exclude)
 
 
 def execute(ctx: "RunContext") -> None:
-    from ..kernels.registry import parse_workload
+    from ...kernels.registry import parse_workload
 
     try:
         ref = parse_workload(str(ctx.spec["workload"]))
@@ -140,7 +141,7 @@ def run_command(ctx: "RunContext", command: str, pod: Pod) -> None:
             ctx.emit(wire.make("tier_finished", tier=tier, status="skipped", wall_s=0.0,
                                reason="no GPU on the pod"))
         return
-    from .cmdline import starts_python
+    from ..cmdline import starts_python
 
     table = tier2(ctx, pod, argv, python=False, inject=starts_python(command)) \
         if 2 in tiers else None
@@ -157,7 +158,7 @@ def command_argv(ctx: "RunContext", command: str) -> List[str]:
         WorkloadError: the program is not on the pod's PATH (the shell would have said
             "not found" and exited 127; without a shell, say it as clearly).
     """
-    from .cmdline import plan_command
+    from ..cmdline import plan_command
 
     plan = plan_command(command)
     ctx.env.update(plan.env)
@@ -172,7 +173,7 @@ def command_argv(ctx: "RunContext", command: str) -> List[str]:
 
 # ----------------------------------------------------------------------------- python
 def child_argv(ctx: "RunContext", mode: str, *args: str) -> List[str]:
-    from .runs import agent_entry
+    from ..runs import agent_entry
 
     return [pythons.interpreter(ctx.python_choice), agent_entry(), "child", mode, ctx.run_id,
             *args]
@@ -234,7 +235,7 @@ def declared_regex(ref: Any) -> Optional[str]:
     if ref.kind != "builtin":
         return None
     try:
-        from ..kernels.registry import make_builtin
+        from ...kernels.registry import make_builtin
 
         value = make_builtin(ref.target, ref.params).kernel_regex
         return str(value) if value else None
@@ -436,7 +437,7 @@ def tier2_nsys(ctx: "RunContext", nsys: str, target: List[str], python: bool,
 
 def tier2_ncu(ctx: "RunContext", ncu: str, target: List[str], python: bool,
               tried: List[str]) -> Optional[List[Dict[str, Any]]]:
-    from .ncu_reader import read_raw_csv
+    from ..profilers.ncu_reader import read_raw_csv
     from .tier2_parse import rank_kernels
 
     argv = [ncu, "--metrics", "gpu__time_duration.sum", "--csv", "--page", "raw",
@@ -481,8 +482,8 @@ def counters_blocked(ctx: "RunContext", *, observed: bool, cause: str, tier1_ran
 def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[Dict[str, Any]]],
           regex: Optional[str], *, python: bool) -> bool:
     """Nsight Compute on the chosen kernels. Returns True when it fell back."""
-    from .ncu_cmd import DEFAULT_SECTIONS, build_ncu_argv
-    from .ncu_output import NcuConsoleParser, progress_event, regex_escape
+    from ..profilers.ncu_cmd import DEFAULT_SECTIONS, build_ncu_argv
+    from ..profilers.ncu_output import NcuConsoleParser, progress_event, regex_escape
 
     t0 = time.time()
     tier1_ran = 1 in tiers_of(ctx)
@@ -576,7 +577,7 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
                            reason="ncu failed: %s" % why[-1]))
         return False
     launches = read_report(ctx, str(ncu), rep)
-    from .ncu_reader import kernel_metrics_event, rule_findings_event
+    from ..profilers.ncu_reader import kernel_metrics_event, rule_findings_event
 
     for launch in launches:
         ctx.emit(kernel_metrics_event(launch))
@@ -595,7 +596,7 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
 
 def read_report(ctx: "RunContext", ncu: str, rep: str) -> List[Dict[str, Any]]:
     """The report through ncu_report; CSV export as the fallback."""
-    from .ncu_reader import read_details_csv, read_ncu_rep, read_raw_csv
+    from ..profilers.ncu_reader import read_details_csv, read_ncu_rep, read_raw_csv
 
     try:
         return read_ncu_rep(rep, ncu_path=ncu)

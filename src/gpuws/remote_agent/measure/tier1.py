@@ -43,7 +43,7 @@ import math
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Tuple
 
-from ..kernels.workload import Workload
+from ...kernels.workload import Workload
 from .stats import ci_reached, summarize
 
 #: Calls faster than this are timed in batches (CUDA event resolution is about 0.5 µs).
