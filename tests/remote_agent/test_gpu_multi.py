@@ -25,6 +25,7 @@ K80 = SMI / "pai_tesla_k80_x4_430.26.xml"
 GTX = SMI / "pai_gtx1070_x2_384.66.xml"
 A5000 = SMI / "telegraf_rtx_a5000_x2_590.44.01.xml"
 H200 = FIXTURES / "ncu-2025.3.1-h200" / "nvidia_smi_q.xml"
+H200_BUSY = SMI / "h200_busy_580.159.04.xml"
 
 
 def parse(path: Path, own_pid: int | None = None) -> dict:
@@ -104,6 +105,19 @@ def test_h200_single_gpu_capture_still_parses() -> None:
     (gpu,) = strict(parse(H200)["gpus"])
     assert gpu.clock_events == ["gpu_idle"] and gpu.processes == []
     assert (gpu.sm_clock_max_mhz, gpu.power_limit_w) == (1980.0, 700.0)
+
+
+def test_h200_busy_capture_names_the_process_holding_it() -> None:
+    """Our own capture on the H200 while a CuPy process ran: R580's field names, and the
+    process nvidia-smi lists is the one a run on this GPU would be warned about."""
+    parsed = parse(H200_BUSY)
+    assert (parsed["driver"], parsed["cuda_driver"]) == ("580.159.04", "13.0")
+    (gpu,) = strict(parsed["gpus"])
+    assert gpu.uuid == "GPU-674de672-f949-15c3-88b0-a3b1c3335b1d"
+    assert gpu.processes == [GpuProcess(pid=848, name="/opt/torch/.venv/bin/python3",
+                                        used_mib=1032.0)]
+    assert "gpu_idle" not in gpu.clock_events  # it was busy, not idle
+    assert parse(H200_BUSY, own_pid=848)["gpus"][0]["processes"] == []
 
 
 def test_own_pid_is_left_out() -> None:
