@@ -57,8 +57,13 @@ KB = 1000
 MB = 1000 * 1000
 
 
+#: The pod's python (``--python``); ``python3`` is the login PATH's, as gpuws's default.
+PYTHON = "python3"
+
+
 async def _connect(pod: Pod) -> AgentClient:
-    return await AgentClient.connect(make_transport("pod", config_file=str(pod.config)))
+    return await AgentClient.connect(make_transport("pod", config_file=str(pod.config)),
+                                     python=PYTHON)
 
 
 async def gpuws_connect(pod: Pod, expect: str | None) -> dict[str, float]:
@@ -67,7 +72,7 @@ async def gpuws_connect(pod: Pod, expect: str | None) -> dict[str, float]:
     t0 = time.perf_counter()
     transport = make_transport("pod", config_file=str(pod.config))
     resolve_s = time.perf_counter() - t0
-    client = await AgentClient.connect(transport)
+    client = await AgentClient.connect(transport, python=PYTHON)
     total = time.perf_counter() - t0
     try:
         if expect is not None and client.deploy.cache_state != expect:
@@ -93,9 +98,10 @@ def ssh_true(pod: Pod) -> float:
 @contextlib.contextmanager
 def connect_as_before() -> Iterator[None]:
     """The warm connect as it was before issue 12's speed-ups, for an A/B in one run: the
-    SFTP probe finished before the bootstrap starts, and the agent started with ``site``."""
-    agent_s = '[sys.executable, "-S", path]'
-    if agent_s not in deploy.BOOTSTRAP:
+    SFTP probe finished before the bootstrap starts, and stage 1 execs a second interpreter
+    that starts with ``site``."""
+    tail = deploy.BOOTSTRAP[deploy.BOOTSTRAP.index("sys.argv[:] = [path]"):]
+    if not tail.endswith('runpy.run_path(path, run_name="__main__")'):
         raise SystemExit("bench/connect.py --before no longer matches deploy.BOOTSTRAP")
     original = (SSHTransport.connect, deploy.BOOTSTRAP)
 
@@ -104,7 +110,8 @@ def connect_as_before() -> Iterator[None]:
         await self.settled()
 
     SSHTransport.connect = connect  # type: ignore[method-assign]
-    deploy.BOOTSTRAP = original[1].replace(agent_s, "[sys.executable, path]")
+    deploy.BOOTSTRAP = original[1].replace(
+        tail, "os.execv(sys.executable, [sys.executable, path] + sys.argv[3:])")
     try:
         yield
     finally:
@@ -326,7 +333,7 @@ def table(r: dict[str, Any]) -> str:
         ("ssh -F cfg pod true (OpenSSH)", f"{c['ssh_true_s'] * 1000:.0f} ms", ""),
         ("  ratio gpuws / ssh (of medians; median of pairs)",
          f"{c['ratio']:.2f}; {c['paired_ratio']:.2f}", f"≤ 1.0: {ok[c['met']]}"),
-        *([("  before (SFTP probe first, agent with site)",
+        *([("  before (SFTP probe first, agent execed with site)",
              f"{c['before']['gpuws_s'] * 1000:.0f} ms",
              f"ratio {c['before']['ratio']:.2f}; {c['before']['paired_ratio']:.2f}")]
            if "before" in c else []),
@@ -356,7 +363,7 @@ def table(r: dict[str, Any]) -> str:
     m = r["machine"]
     head = (f"{m['cpu']} × {m['nproc']}, Python {m['python']}, {m['openssh'].split(',')[0]}, "
             f"asyncssh {m['asyncssh']}, load {m['loadavg_at_end']}; RTT {r['rtt_ms']:g} ms added; "
-            f"medians of {c['runs']} / {d['runs']} / {s['runs']}")
+            f"medians of {c['runs']} / {d['runs']} / {s['runs']}; pod python: {r['python']}")
     return "\n".join([head] + [f"{a:<{w0}}  {b:>{w1}}  {cmt}".rstrip() for a, b, cmt in rows])
 
 
@@ -367,7 +374,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         conn = await bench_connect(pod, args.connects, args.before)
         stream = await bench_stream(pod, args.events, args.streams)
         resolved = bench_resolve(pod, args.connects)
-    return {"machine": machine(), "rtt_ms": args.rtt_ms, "connect": conn, "cold": cold,
+    return {"machine": machine(), "rtt_ms": args.rtt_ms, "python": PYTHON,
+            "connect": conn, "cold": cold,
             "stream": stream, "resolve": resolved}
 
 
@@ -382,8 +390,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", action="store_true",
                     help="also time the connect as it was before (SFTP probe first, agent "
                          "with site), interleaved with the others")
+    ap.add_argument("--python", default="python3",
+                    help="the pod's python for gpuws (default: the login PATH's python3)")
     ap.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
     args = ap.parse_args(argv)
+    global PYTHON
+    PYTHON = args.python
     results = asyncio.run(run(args))
     print(table(results))
     if args.json:

@@ -68,15 +68,22 @@ def build_bundle() -> Bundle:
 # connect at once), refuses a cache dir owned by someone else or
 # writable by others (a shared pod), starts the cached bundle if its sha256 matches, and
 # otherwise asks for it ("need"/"corrupt"), reads exactly SIZE bytes from stdin with
-# unbuffered os.read (a buffered read could swallow the first request after exec),
-# verifies the hash, writes it atomically (temp + fsync + rename, mode 0600) and execs it
-# with stdin/stdout carried over to the agent. The agent runs under -S too: `serve` is
-# standard library only (tests/test_architecture.py runs it under -I -S), its probe reads
-# site-packages from `site` and pyvenv.cfg itself, and workers start their own interpreter
-# with the normal site, so CuPy/torch stay importable where workloads run. Skipping site
-# there saved 64 ms of a 593 ms bootstrap under load (a .pth file importing certifi).
+# unbuffered os.read (a buffered read could swallow the agent's first request),
+# verifies the hash, writes it atomically (temp + fsync + rename, mode 0600) and runs it
+# in the same interpreter (runpy, as `python3 -S BUNDLE` would, but without starting a
+# second interpreter: 66 -> 53 ms to Hello here). sys.path's "" (the current directory,
+# which -c puts first) is dropped before anything is imported, so no file in the pod's
+# home directory (where exec sessions start) can stand in for a module. The agent runs
+# under -S too: `serve` is standard library only (tests/test_architecture.py runs it under
+# -I -S), its probe reads site-packages from `site` and pyvenv.cfg itself, and workers
+# start their own interpreter with the normal site, so CuPy/torch stay importable where
+# workloads run. Skipping site saved 64 ms of a 593 ms bootstrap under load (a .pth file
+# importing certifi).
 _BOOT_HEAD = r"""
-import hashlib, os, sys
+import sys
+if sys.path[:1] == [""]:
+    del sys.path[0]
+import hashlib, os
 def w(s):
     os.write(1, s.encode())
 v = sys.version_info
@@ -173,7 +180,9 @@ _BOOT_RECV_TEXT = r"""if digest(path) != sha:
     os.close(fd)
 """
 _BOOT_TAIL = r"""w("GPUWS-BOOT start %s\n" % state)
-os.execv(sys.executable, [sys.executable, "-S", path] + sys.argv[3:])
+sys.argv[:] = [path] + sys.argv[3:]
+import runpy
+runpy.run_path(path, run_name="__main__")
 """
 BOOTSTRAP = (_BOOT_HEAD + _BOOT_RECV_BYTES + _BOOT_TAIL).strip()
 #: The same stage 1 for a terminal (PTY) link: the bundle comes as checksummed text.
@@ -210,8 +219,10 @@ def text_bootstrap_argv(bundle: Bundle, command: list[str],
     below the 4 KiB a terminal in canonical mode accepts per line.
     """
     code = base64.b64encode(zlib.compress(BOOTSTRAP_TEXT.encode(), 9)).decode()
-    loader = f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{code}')))"
-    return [python, "-c", loader, bundle.sha256, str(bundle.size), *command]
+    # sys.path's "" goes first here too (see stage 1), before base64 and zlib are imported.
+    loader = ("import sys;sys.path[0]or sys.path.pop(0);import base64,zlib;"
+              f"exec(zlib.decompress(base64.b64decode('{code}')))")
+    return [python, "-S", "-c", loader, bundle.sha256, str(bundle.size), *command]
 
 
 def text_chunks(bundle: Bundle, offset: int) -> list[bytes]:

@@ -1,7 +1,8 @@
 """The agent starts without ``site`` (a faster connect), yet sees the pod's packages.
 
-Stage 1 and ``serve`` run under ``python3 -S``: processing site-packages (and whatever
-``.pth`` files import) cost 64 ms of a 593 ms bootstrap under load. What ``site`` would
+Stage 1 and ``serve`` run in one interpreter, under ``python3 -S``: processing
+site-packages (and whatever ``.pth`` files import) cost 64 ms of a 593 ms bootstrap under
+load. What ``site`` would
 have found must still be found: the probe reads site-packages itself, so CuPy installed
 in a venv named with ``--python`` is reported, through the real bootstrap over a real sshd.
 """
@@ -11,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from gpuws import deploy
 from gpuws.cli import main
 from gpuws.client import AgentClient
 from gpuws.transport.ssh import SSHTransport
@@ -49,3 +53,27 @@ def test_serve_runs_without_site_and_still_finds_cupy_in_a_venv(
     assert report["python"]["path"] == python
     cupy = [p for p in report["python_packages"] if p["name"] == "cupy-cuda12x"]
     assert cupy == [{"name": "cupy-cuda12x", "version": "13.3.0", "cuda": "12", "error": None}]
+
+
+@pytest.mark.parametrize("make_argv", [deploy.bootstrap_argv, deploy.text_bootstrap_argv])
+def test_no_module_in_the_start_directory_can_stand_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        make_argv: Callable[[deploy.Bundle, list[str], str], list[str]]) -> None:
+    """Exec sessions start in the pod's home; ``python -c`` puts that directory first on
+    sys.path. The bootstrap drops it before importing anything, so a ``hashlib.py`` (or
+    ``runpy.py``, ``base64.py``, ``zlib.py``) left there is never run."""
+    bundle = deploy.build_bundle()
+    cache = tmp_path / "cache"
+    (cache / "agent").mkdir(parents=True, mode=0o700)
+    cache.chmod(0o700)
+    (cache / "agent" / f"{bundle.sha256}.pyz").write_bytes(bundle.data)
+    monkeypatch.setenv("GPUWS_POD_CACHE", str(cache))
+    home = tmp_path / "home"
+    home.mkdir()
+    marker = tmp_path / "shadowed"
+    for name in ("hashlib", "runpy", "base64", "zlib", "json", "threading"):
+        (home / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write({name!r})\n")
+    argv = make_argv(bundle, ["serve"], sys.executable)
+    proc = subprocess.run(argv, cwd=home, input=b"", capture_output=True, timeout=60)
+    assert b'"type":"hello"' in proc.stdout, proc.stdout + proc.stderr
+    assert not marker.exists(), marker.read_text()
