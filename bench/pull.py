@@ -28,6 +28,7 @@ the servers. Run it from the repository root::
 
     python3 bench/pull.py --json pull.json
     python3 bench/pull.py --rtt-ms 20 --json pull-20ms.json
+    python3 bench/pull.py --variants [--rtt-ms 20]   # each change of issue 13 undone alone
 """
 
 from __future__ import annotations
@@ -275,6 +276,97 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: ``--variants``: the ``gpuws pull`` process with issue 13's two changes undone, one at a
+#: time, run as scripts of their own. "with the agent" pulls as the command did before:
+#: ``AgentClient.connect`` (which deploys and starts the agent) and ``pull_run`` over it;
+#: "chacha20 first" also offers chacha20-poly1305 first, as asyncssh does by default.
+_WITH_AGENT = """
+import asyncio, os, sys
+if os.environ.get("GPUWS_BENCH_CHACHA"):
+    import asyncssh
+    _connect = asyncssh.connect
+    async def _chacha(host, **options):
+        options["encryption_algs"] = ["chacha20-poly1305@openssh.com", "aes256-gcm@openssh.com",
+                                      "aes128-gcm@openssh.com", "aes256-ctr", "aes192-ctr",
+                                      "aes128-ctr"]
+        return await _connect(host, **options)
+    asyncssh.connect = _chacha
+from gpuws.cli import make_parser
+from gpuws.commands.common import connect
+from gpuws.commands.history import find_run
+from gpuws.sessions.artifacts import pull_run
+from gpuws.sessions.store import Store
+async def pull(args):
+    with Store() as store:
+        run = find_run(store, args.run_id)
+        client = await connect(args)
+        try:
+            await pull_run(client, store, run.session_id, run.run_id)
+        finally:
+            await client.close()
+asyncio.run(pull(make_parser().parse_args(sys.argv[1:])))
+"""
+
+
+async def variants(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole ``gpuws pull`` process as it is and with each change undone, and scp."""
+    size = args.mib << 20
+    with running_pod(rtt_ms=args.rtt_ms) as pod:
+        sha = make_blob(artifact_path(pod, "bench-pull"), size)
+        store = Store()
+        client = await AgentClient.connect(SSHTransport("pod", config_file=str(pod.config)))
+        side = Side(pod, "bench-pull", client, store, size, sha)
+        await client.close()
+        local = artifacts_dir(side.session, side.run_id) / NAME
+        dest = Path(os.environ["GPUWS_HOME"]).parent / NAME
+
+        def process(code: str, env: dict[str, str]) -> Callable[[], float]:
+            def call() -> float:
+                local.unlink(missing_ok=True)
+                t0 = time.perf_counter()
+                subprocess.run([sys.executable, "-c", code, "pull", "-F", str(pod.config), "pod",
+                                side.run_id], check=True, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, env=dict(os.environ, **env))
+                elapsed = time.perf_counter() - t0
+                if local.stat().st_size != size:
+                    raise SystemExit("a pull variant left a short copy")
+                return elapsed
+            return call
+
+        now = "import sys; from gpuws.cli import main; sys.exit(main())"
+        methods: dict[str, Callable[[], float]] = {
+            "gpuws pull (SFTP only, AES-GCM first)": process(now, {}),
+            "with the agent started": process(_WITH_AGENT, {}),
+            "with the agent, chacha20 first (before)": process(
+                _WITH_AGENT, {"GPUWS_BENCH_CHACHA": "1"}),
+            "scp": lambda: timed(pod.scp_from(side.remote, str(dest)), dest, size),
+        }
+        for method in methods.values():
+            method()  # untimed: deploys the agent, warms the page cache
+        times: dict[str, list[float]] = {name: [] for name in methods}
+        names = list(methods)
+        for rep in range(args.reps):
+            shift = rep % len(names)
+            for name in names[shift:] + names[:shift]:
+                times[name].append(methods[name]())
+        store.close()
+    med = {name: median(v) for name, v in times.items()}
+    return {"machine": machine(), "rtt_ms": args.rtt_ms, "bytes": size, "reps": args.reps,
+            "median_s": med, "all_s": times,
+            "scp_over": {name: med["scp"] / v for name, v in med.items()}}
+
+
+def variants_table(r: dict[str, Any]) -> str:
+    m = r["machine"]
+    lines = [f"{m['cpu']} × {m['nproc']}, load {m['loadavg_at_end']}; RTT {r['rtt_ms']:g} ms "
+             f"added; {r['bytes'] >> 20} MiB, whole processes, medians of {r['reps']}"]
+    w = max(len(k) for k in r["median_s"])
+    for name, sec in r["median_s"].items():
+        lines.append(f"{name:<{w}}  {sec * 1000:7.0f} ms  "
+                     f"{r['bytes'] / sec / MB:7.1f} MB/s  {r['scp_over'][name]:5.2f}× scp")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--reps", type=int, default=5, help="repetitions of every method")
@@ -282,9 +374,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rtt-ms", type=float, default=0.0,
                     help="reach the servers through a proxy adding this round-trip time")
     ap.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
+    ap.add_argument("--variants", action="store_true",
+                    help="only the whole gpuws pull process, as it is and with issue 13's "
+                         "changes undone one at a time (agent started; chacha20 first), "
+                         "beside scp")
     args = ap.parse_args(argv)
-    results = asyncio.run(run(args))
-    print(table(results))
+    if args.variants:
+        results = asyncio.run(variants(args))
+        print(variants_table(results))
+    else:
+        results = asyncio.run(run(args))
+        print(table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 0
