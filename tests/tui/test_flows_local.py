@@ -19,7 +19,7 @@ from gpuws.tui.messages import LinkUp, NcuPlanReady, RunEvents, StepChanged
 from gpuws.tui.screens.artifacts import ArtifactsScreen
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.run import RunScreen
-from gpuws.tui.widgets.artifact_item import ArtifactItem
+from gpuws.tui.widgets.run.artifact_item import ArtifactItem
 from tui.tuikit import RECORDING, launch_command, outputs, run_screen, until  # type: ignore[import-not-found]
 
 

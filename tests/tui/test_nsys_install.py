@@ -18,7 +18,7 @@ from gpuws.tui.app import GpuwsApp, StartHome
 from gpuws.tui.messages import NsysPlanReady
 from gpuws.tui.screens.confirm import ConfirmScreen
 from gpuws.tui.screens.dashboard import DashboardScreen
-from gpuws.tui.widgets.nsys_panel import NsysPanel
+from gpuws.tui.widgets.pod.nsys_panel import NsysPanel
 from tui.tuikit import h200_probe, until  # type: ignore[import-not-found]
 
 UBUNTU = 'ID=ubuntu\nVERSION_ID="24.04"\n'

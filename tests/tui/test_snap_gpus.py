@@ -203,8 +203,8 @@ async def test_one_busy_banner_whichever_warning_comes_first() -> None:
     panes show one banner, in either arrival order."""
     from textual.app import App, ComposeResult
 
-    from gpuws.tui.widgets.banner import DiagnosisBanner
-    from gpuws.tui.widgets.run_panes import RunPanes
+    from gpuws.tui.widgets.run.banner import DiagnosisBanner
+    from gpuws.tui.widgets.run.run_panes import RunPanes
 
     run_id = "20261121-130950-9ba123"
     started = protocol.RunStarted(

@@ -20,8 +20,8 @@ from gpuws.runspec import LaunchOptions, build_spec
 from gpuws.sessions.store import Store
 from gpuws.tui.hosts import config_aliases, home_hosts
 from gpuws.tui.messages import PullProgress, RunEvents, TelemetryTick
-from gpuws.tui.widgets.roofline import ceilings_from, points_from
-from gpuws.tui.widgets.rules import sort_rules
+from gpuws.tui.widgets.run.roofline import ceilings_from, points_from
+from gpuws.tui.widgets.run.rules import sort_rules
 from tui.tuikit import RECORDING, fill_store, h200_probe, recorded_events  # type: ignore[import-not-found]
 
 RUN = "20261121-130950-9ba123"

@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from ..messages import ArtifactsData, PullDone, PullProgress
-from ..widgets.artifact_item import ArtifactItem
+from ..widgets.run.artifact_item import ArtifactItem
 
 if TYPE_CHECKING:
     from ..app import GpuwsApp

@@ -14,7 +14,7 @@ from textual.widgets import Button, Footer, Header, Static
 from ...errors import GpuwsError
 from ...live.link import Target, UnknownHostKey
 from ..messages import StepChanged
-from ..widgets.steps import ConnectSteps
+from ..widgets.pod.steps import ConnectSteps
 
 if TYPE_CHECKING:
     from ..app import GpuwsApp

@@ -23,13 +23,13 @@ from ...sessions.cost import Economics
 from ...textsafe import text as safe_text
 from ...textsafe import visible
 from ..messages import AgentLog, EconomicsTick, LinkDown, NcuPlanReady, NsysPlanReady, TelemetryTick
-from ..widgets.cost_ticker import CostTicker
-from ..widgets.counters import CountersPanel
-from ..widgets.gpu_row import GpuRow
-from ..widgets.ncu_panel import NcuPanel
-from ..widgets.nsys_panel import NsysPanel
-from ..widgets.pod_info import PodInfo
-from ..widgets.spark_gauge import SparkGauge
+from ..widgets.pod.cost_ticker import CostTicker
+from ..widgets.pod.counters import CountersPanel
+from ..widgets.pod.gpu_row import GpuRow
+from ..widgets.pod.ncu_panel import NcuPanel
+from ..widgets.pod.nsys_panel import NsysPanel
+from ..widgets.pod.pod_info import PodInfo
+from ..widgets.pod.spark_gauge import SparkGauge
 
 if TYPE_CHECKING:
     from ..app import GpuwsApp

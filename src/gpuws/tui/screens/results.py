@@ -18,11 +18,11 @@ from ...textsafe import text as safe_text
 from .. import fmt
 from ..messages import ResultsData
 from ..results import RunResults
-from ..widgets.banner import DiagnosisBanner
-from ..widgets.metrics_table import MetricsTable
-from ..widgets.roofline import Roofline, ceilings_from, points_from
-from ..widgets.rules import RuleList
-from ..widgets.run_panes import render_static
+from ..widgets.run.banner import DiagnosisBanner
+from ..widgets.run.metrics_table import MetricsTable
+from ..widgets.run.roofline import Roofline, ceilings_from, points_from
+from ..widgets.run.rules import RuleList
+from ..widgets.run.run_panes import render_static
 
 if TYPE_CHECKING:
     from ..app import GpuwsApp

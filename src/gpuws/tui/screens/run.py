@@ -16,7 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, TabbedContent
 
 from ..messages import Backfill, RunEvents
-from ..widgets.run_panes import RunPanes
+from ..widgets.run.run_panes import RunPanes
 
 if TYPE_CHECKING:
     from ..app import GpuwsApp

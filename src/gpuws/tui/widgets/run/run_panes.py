@@ -16,16 +16,16 @@ from textual.containers import Vertical, VerticalScroll
 from textual.timer import Timer
 from textual.widgets import Label, Log, TabbedContent, TabPane
 
-from ... import gpus, protocol
-from ...live.model import LogLine, RunModel
-from ...textsafe import visible
-from .. import fmt
-from ..notes import why_missing
+from .... import gpus, protocol
+from ....live.model import LogLine, RunModel
+from ....textsafe import visible
+from ... import fmt
+from ...notes import why_missing
+from ..quiet import QuietStatic
 from .banner import DiagnosisBanner
 from .kernel_table import KernelTablePane, kernel_table_caption
 from .metrics_table import MetricsTable
 from .ncu_progress import NcuProgressPane
-from .quiet import QuietStatic
 from .rules import RuleList
 from .tier_strip import TierStrip
 from .timing import TimingPane

@@ -8,7 +8,7 @@ from rich.console import RenderableType
 from rich.text import Text
 from textual.widget import Widget
 
-from ..fmt import ms
+from ...fmt import ms
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 

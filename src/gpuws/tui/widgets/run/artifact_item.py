@@ -7,8 +7,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import ProgressBar, Static
 
-from ...sessions.store import ArtifactRow
-from .. import fmt
+from ....sessions.store import ArtifactRow
+from ... import fmt
 
 _STATUS = {"pulled": ("✓ pulled", "green"), "remote": ("on the pod", "yellow"),
            "sha256_mismatch": ("✗ sha256 mismatch", "bold red")}

@@ -8,8 +8,8 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Button, Label, Static
 
-from ... import protocol
-from ...textsafe import visible
+from .... import protocol
+from ....textsafe import visible
 
 
 class NsysPanel(Vertical):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from ... import protocol
-from .quiet import QuietStatic
+from .... import protocol
+from ..quiet import QuietStatic
 
 _BAR = 20
 

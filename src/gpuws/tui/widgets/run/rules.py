@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from ... import protocol
-from ...textsafe import visible
-from .. import fmt
-from .quiet import QuietStatic
+from .... import protocol
+from ....textsafe import visible
+from ... import fmt
+from ..quiet import QuietStatic
 
 #: Order of rule kinds when speedups tie: what to optimise, then warnings, then notes.
 _KIND_ORDER = {"OPT": 0, "WRN": 1, "ERR": 1, "INF": 2}

@@ -10,8 +10,8 @@ from rich.console import RenderableType
 from rich.text import Text
 from textual.widget import Widget
 
-from ... import protocol
-from ...live.model import RunModel
+from .... import protocol
+from ....live.model import RunModel
 from .metrics_table import ProfiledLaunch
 
 # Braille dot bits by (column, row) inside one character cell of 2×4 dots.
@@ -53,7 +53,7 @@ def ceilings_from(tier1: protocol.Tier1Result | None,
     if tier1 is not None and tier1.peak_gbps and tier1.peak_tflops:
         return Ceilings(tier1.peak_gbps, tier1.peak_tflops, tier1.peak_source or "Tier 1")
     if probe is not None and probe.gpus:
-        from ...remote_agent.measure.tier1 import datasheet_peaks
+        from ....remote_agent.measure.tier1 import datasheet_peaks
 
         row = datasheet_peaks(probe.gpus[0].name)
         if row is not None:

@@ -6,8 +6,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ...live.link import STEPS
-from ..fmt import duration
+from ....live.link import STEPS
+from ...fmt import duration
 
 _LOOK = {"waiting": ("○", "dim"), "running": ("●", "bold cyan"), "ok": ("✓", "green"),
          "failed": ("✗", "bold red"), "skipped": ("–", "dim")}

@@ -8,9 +8,9 @@ from typing import Protocol
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ... import protocol
-from ...textsafe import visible
-from .. import fmt
+from .... import protocol
+from ....textsafe import visible
+from ... import fmt
 
 #: Report sections and the canonical metrics (key, label) each holds, in display order.
 SECTIONS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (

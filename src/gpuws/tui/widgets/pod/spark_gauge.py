@@ -6,8 +6,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, Sparkline
 
-from ...live.telemetry import Gauge
-from .. import fmt
+from ....live.telemetry import Gauge
+from ... import fmt
 
 
 class SparkGauge(Horizontal):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ... import protocol
-from ...remote_agent.measure.tiers import COUNTER_REMEDIES
+from .... import protocol
+from ....remote_agent.measure.tiers import COUNTER_REMEDIES
 
 
 class CountersPanel(Static):

@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from ...live.model import TIER_NAMES, RunModel, TierState
-from ..fmt import duration
-from .quiet import QuietStatic
+from ....live.model import TIER_NAMES, RunModel, TierState
+from ...fmt import duration
+from ..quiet import QuietStatic
 
 #: Icon and style of each tier status.
 STATUS_LOOK: dict[str, tuple[str, str]] = {

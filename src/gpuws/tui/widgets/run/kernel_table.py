@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ... import protocol
-from ...textsafe import visible
-from .. import fmt
+from .... import protocol
+from ....textsafe import visible
+from ... import fmt
 
 
 class KernelTablePane(DataTable[str | Text]):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ...sessions.cost import Economics
-from .. import fmt
+from ....sessions.cost import Economics
+from ... import fmt
 
 
 class CostTicker(Static):

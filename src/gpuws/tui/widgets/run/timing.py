@@ -11,11 +11,11 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Sparkline, Static
 
-from ... import clocks, protocol
-from ...live.model import RunModel
-from ...textsafe import visible
-from .. import fmt
-from ..notes import why_missing
+from .... import clocks, protocol
+from ....live.model import RunModel
+from ....textsafe import visible
+from ... import fmt
+from ...notes import why_missing
 from .histogram import Histogram
 
 #: Samples the sparkline shows (the latest ones).

@@ -7,10 +7,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Sparkline
 
-from ... import clocks, protocol
-from ...live.telemetry import TelemetryHistory
-from ...textsafe import visible
-from .. import fmt
+from .... import clocks, protocol
+from ....live.telemetry import TelemetryHistory
+from ....textsafe import visible
+from ... import fmt
 
 
 class GpuRow(Vertical):

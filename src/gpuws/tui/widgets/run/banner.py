@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ... import protocol
+from .... import protocol
 
 _ICON = {"error": "✗", "warning": "!", "info": "i"}
 

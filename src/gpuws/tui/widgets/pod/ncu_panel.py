@@ -8,7 +8,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Button, Static
 
-from ... import protocol
+from .... import protocol
 
 
 class NcuPanel(Vertical):
