@@ -1,4 +1,4 @@
-"""The clocks behind a Tier-1 figure (gpuws.clocks) and the choice of GPU (gpuws.gpus).
+"""The clocks behind a Tier-1 figure (gpuws.gpu.clocks) and the choice of GPU (gpuws.gpu.gpus).
 
 Readings are real: the H200's 345 MHz idle and 1,980 MHz boost SM clock and its 3,201 MHz
 memory clock (``tests/fixtures/ncu-2025.3.1-h200/nvidia_smi_q.xml``, issue 14), the GPUs
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuws import clocks, gpus, protocol
+from gpuws import protocol
 from gpuws.errors import UsageError
+from gpuws.gpu import clocks, gpus
 from gpuws.remote_agent.pod.gpuinfo import CLOCK_EVENT_BITS
 from multigpu import A5000_X2, K80_X4, probe  # type: ignore[import-not-found]
 

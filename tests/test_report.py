@@ -100,7 +100,7 @@ def test_missing_empty_and_profile_less_files(tmp_path: Path) -> None:
 
 
 def test_format_metric() -> None:
-    """The report formats as every other face does (gpuws.humanfmt)."""
+    """The report formats as every other face does (gpuws.text.humanfmt)."""
     assert format_metric("duration_ns", 246_528.0) == "246.5 µs"
     assert format_metric("duration_ns", 950.0) == "950 ns"
     assert format_metric("duration_ns", 2.5e9) == "2.500 s"

@@ -5,7 +5,7 @@ the same here as on the pod: through NVIDIA's ``ncu_report`` module, which the
 ``ncu-report`` wheel provides without ncu installed, or from ``ncu --csv`` output.
 Each launch also carries the clocks ncu measured it at (its SM and DRAM frequency), since
 every figure in it holds only at those clocks. Numbers are formatted by
-:mod:`gpuws.humanfmt`, as everywhere else; kernel names and findings are shown as text,
+:mod:`gpuws.text.humanfmt`, as everywhere else; kernel names and findings are shown as text,
 never read as markup.
 """
 
@@ -23,10 +23,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from . import humanfmt
 from .errors import GpuwsError, UsageError
 from .remote_agent.profilers import ncu_reader
-from .textsafe import text as safe
+from .text import humanfmt
+from .text.textsafe import text as safe
 
 __all__ = ["read_report", "render_report", "report_json"]
 
@@ -202,7 +202,7 @@ def _csv_clocks(text: str) -> dict[int, dict[str, float]]:
 
 def format_metric(key: str, value: float | None) -> str:
     """A canonical metric as a person reads it (``246.5 µs``, ``66.3%``, ``—``), by
-    :func:`gpuws.humanfmt.metric` like every other face."""
+    :func:`gpuws.text.humanfmt.metric` like every other face."""
     if value is None or not math.isfinite(value):
         return humanfmt.DASH
     return humanfmt.metric(key, value)

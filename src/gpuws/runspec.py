@@ -22,7 +22,7 @@ from typing import Literal
 
 from . import protocol
 from .errors import StoreError, UsageError
-from .gpus import check_syntax as check_gpu_syntax
+from .gpu.gpus import check_syntax as check_gpu_syntax
 from .kernels.registry import WorkloadError, validate
 
 
@@ -56,7 +56,7 @@ class LaunchOptions:
         install_cupy: install the CuPy wheel that fits the driver when the pod has none.
         env: ``KEY=VALUE`` items for the workload's environment.
         gpu: the GPU to run on, an index or a ``GPU-``/``MIG-`` UUID (prefix); None lets
-            CUDA pick (:func:`gpuws.gpus.check_syntax` says what is valid).
+            CUDA pick (:func:`gpuws.gpu.gpus.check_syntax` says what is valid).
     """
 
     workload: str

@@ -6,7 +6,7 @@ Through the command line against the machine's own agent (``gpuws ... local``):
     list read (``processes`` not None) and its clocks; the table prints ``GPUs (N)``.
 (b) ``gpuws run local --gpu 0 -w builtin:saxpy --tiers 1`` names the GPU on its first line
     and prints the clocks line under the Tier-1 table (``clocks: SM …``), with a caution
-    exactly when :func:`gpuws.clocks.caution` gives one for the recorded clocks.
+    exactly when :func:`gpuws.gpu.clocks.caution` gives one for the recorded clocks.
 (c) ``--gpu N`` with N = the number of GPUs (one past the last) is refused in one line
     (exit 2) naming the pod's GPUs, before any run starts.
 (d) ``gpuws compare`` of two such runs: the cycle-space ratio equals the time ratio times
@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from gpuws import clocks
 from gpuws.cli import main
+from gpuws.gpu import clocks
 from gpuws.sessions.store import Store
 
 pytestmark = pytest.mark.gpu

@@ -12,13 +12,15 @@ import msgspec
 from rich.table import Table
 from rich.text import Text
 
-from .. import gpus, humanfmt, protocol
+from .. import protocol
 from ..client import AgentClient
 from ..errors import GpuwsError, UsageError
+from ..gpu import gpus
 from ..live.boundary import check_answer
 from ..protocol import Gpu, NsysPlan, Probe
-from ..textsafe import text as safe
-from ..textsafe import visible
+from ..text import humanfmt
+from ..text.textsafe import text as safe
+from ..text.textsafe import visible
 from .common import connect, console, print_json
 
 

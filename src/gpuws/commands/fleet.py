@@ -28,7 +28,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from .. import humanfmt, protocol
+from .. import protocol
 from ..errors import ConnectError, GpuwsError, StoreError, UsageError
 from ..live.boundary import SeqGate
 from ..live.engine import Engine, Notice, ReconnectPolicy
@@ -47,8 +47,9 @@ from ..sessions.fleet import (
 )
 from ..sessions.runlist import why_failed
 from ..sessions.store import FleetRow, Store
-from ..textsafe import text as safe
-from ..textsafe import visible
+from ..text import humanfmt
+from ..text.textsafe import text as safe
+from ..text.textsafe import visible
 from .common import console, print_json
 from .run import build_spec, target_of
 
@@ -117,7 +118,7 @@ class FleetView:
     otherwise, NDJSON (each object with a ``pod`` field) with ``--json``.
 
     Pod names are the person's; everything else shown comes from the pods and goes
-    through :mod:`gpuws.textsafe`.
+    through :mod:`gpuws.text.textsafe`.
     """
 
     def __init__(self, as_json: bool, live: bool | None = None) -> None:

@@ -17,13 +17,13 @@ import msgspec
 from rich.table import Table
 from rich.text import Text
 
-from .. import humanfmt
 from ..errors import StoreError, UsageError
 from ..sessions.compare import compare_runs, comparison_json, refuse_if_empty, render_comparison
 from ..sessions.cost import economics
 from ..sessions.export import export_session
 from ..sessions.runlist import RUN_LISTING_REMEDY, RunSummary, list_runs
 from ..sessions.store import RunRow, SessionRow, Store
+from ..text import humanfmt
 from .common import console, print_json
 
 

@@ -18,8 +18,9 @@ import msgspec
 from rich.table import Table
 from rich.text import Text
 
-from .. import clocks, gpus, humanfmt, protocol, runspec
+from .. import protocol, runspec
 from ..errors import ConnectError, RunError, StoreError, UsageError
+from ..gpu import clocks, gpus
 from ..live.boundary import SeqGate
 from ..live.engine import Engine, Notice
 from ..live.feed import Batch
@@ -28,8 +29,9 @@ from ..live.model import LineJoiner, LogLine
 from ..live.storeio import StoreHandle
 from ..sessions.compare import compare_runs, regression_gate, render_comparison
 from ..sessions.store import Store
-from ..textsafe import text as safe
-from ..textsafe import visible
+from ..text import humanfmt
+from ..text.textsafe import text as safe
+from ..text.textsafe import visible
 from .common import add_connection_args, connect, console, print_json
 
 
@@ -103,7 +105,7 @@ def build_spec(args: argparse.Namespace) -> protocol.RunSpec:
 class Printer:
     """Renders recorded events for a person (or as NDJSON with --json).
 
-    Every string that came from the pod goes through :mod:`gpuws.textsafe`, and the
+    Every string that came from the pod goes through :mod:`gpuws.text.textsafe`, and the
     console never parses markup: a workload printing ``[/]`` or an escape sequence is
     shown as those characters. Events are printed once each, in ``seq`` order, however
     often they arrive (a backfill from the store, then the live stream).

@@ -38,7 +38,7 @@ from .. import protocol
 from ..errors import ProtocolError
 from ..sessions.artifacts import name_problem
 from ..sessions.store import REFUSAL_MARK
-from ..textsafe import visible
+from ..text.textsafe import visible
 
 #: Highest ``seq`` accepted: two billion events is far past any real run, and far below
 #: what SQLite's INTEGER holds.

@@ -32,7 +32,7 @@ from ..errors import ConnectError, GpuwsError, ProtocolError, StoreError, UsageE
 from ..sessions.artifacts import Progress, PullResult, pull_run
 from ..sessions.cost import resolve_budget, resolve_rate
 from ..sessions.store import Store
-from ..textsafe import visible
+from ..text.textsafe import visible
 from .boundary import RUN_ID_PATTERN as _RUN_ID
 from .boundary import Boundary
 from .feed import Batch, EventFeed
@@ -50,7 +50,7 @@ class Notice:
     Attributes:
         kind: ``refused``, ``conflict``, ``link_lost``, ``reconnecting``,
             ``reconnected``, ``gave_up``, ``store_failed``, ``pulled``, ``pull_failed``.
-        message: one line, already made safe to show (:func:`gpuws.textsafe.visible`).
+        message: one line, already made safe to show (:func:`gpuws.text.textsafe.visible`).
         severity: how loudly to show it.
         run_id: the run it concerns, if one.
     """

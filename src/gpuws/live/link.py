@@ -19,7 +19,7 @@ from .. import protocol
 from ..client import AgentClient
 from ..deploy import start_agent
 from ..errors import GpuwsError, HostKeyError
-from ..textsafe import visible
+from ..text.textsafe import visible
 from ..transport import Transport, make_transport
 
 #: The steps of a connection, in order.

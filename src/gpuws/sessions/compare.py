@@ -22,11 +22,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpuws import clocks, humanfmt, protocol
+from gpuws import protocol
 from gpuws.errors import UsageError
+from gpuws.gpu import clocks
 from gpuws.remote_agent.measure.stats import percentile
 from gpuws.sessions.store import KernelMetricsRow, Store
-from gpuws.textsafe import visible
+from gpuws.text import humanfmt
+from gpuws.text.textsafe import visible
 
 RESAMPLES = 2000
 SEED = 20_240_601
@@ -113,7 +115,7 @@ class Comparison(msgspec.Struct, frozen=True, kw_only=True):
     #: The clocks behind each run's Tier-1 figure (None: not recorded).
     clocks_a: protocol.ClockRange | None = None
     clocks_b: protocol.ClockRange | None = None
-    #: Each run's clock caution (:func:`gpuws.clocks.caution`), empty when none.
+    #: Each run's clock caution (:func:`gpuws.gpu.clocks.caution`), empty when none.
     clock_caution_a: str = ""
     clock_caution_b: str = ""
     #: One line per way the runs' GPUs differ: model, driver, SM clock.

@@ -14,8 +14,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gpuws import __version__, clocks, gpus, protocol
+from gpuws import __version__, protocol
 from gpuws.errors import StoreError
+from gpuws.gpu import clocks, gpus
 from gpuws.sessions.compare import Comparison, compare_runs, gpu_rows, run_gpu
 from gpuws.sessions.cost import Economics, economics
 from gpuws.sessions.fleet import cells, columns, failure_lines, fleet_comparison, notes

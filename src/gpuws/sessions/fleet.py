@@ -5,7 +5,7 @@ list of (position, pod, session, run) in ``fleets``/``fleet_pods``
 (:mod:`gpuws.sessions.store`). This module turns that record into the table every face
 shows: the end of ``gpuws run``, ``gpuws export --fleet`` and the TUI's fleet screen.
 The columns and the text of every cell are decided here (numbers through
-:mod:`gpuws.humanfmt`), so the three faces read the same. A figure that was not
+:mod:`gpuws.text.humanfmt`), so the three faces read the same. A figure that was not
 measured is ``None`` here and ``—`` in a cell; nothing is estimated in its place.
 
 The ratio column compares each pod with the fleet's first pod (position 0, as typed
@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import msgspec
 
-from gpuws import clocks, humanfmt, protocol
+from gpuws import protocol
 from gpuws.errors import StoreError
+from gpuws.gpu import clocks
 from gpuws.sessions.compare import compare_runs, run_gpu
 from gpuws.sessions.store import FleetPodRow, FleetRow, Store
+from gpuws.text import humanfmt
 
 #: Pod states that gave no result (the exit status of ``gpuws run`` says some failed).
 FAILED_STATES = frozenset({"failed", "cancelled", "unreachable", "lost", "interrupted"})
@@ -57,7 +59,7 @@ class FleetLine(msgspec.Struct, frozen=True, kw_only=True):
         cycle_ratio: the first pod's SM cycles per call over this pod's (median time ×
             median SM clock), when both clocks are known: the ratio with the clock
             difference taken out.
-        clocks: the clocks behind the Tier-1 figure (:func:`gpuws.clocks.describe`).
+        clocks: the clocks behind the Tier-1 figure (:func:`gpuws.gpu.clocks.describe`).
         wall_s: the run's wall time on the pod.
         caution: why this line's figure may not compare (clocks, timing mode).
     """

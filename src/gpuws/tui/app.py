@@ -31,7 +31,7 @@ from ..live.storeio import StoreHandle
 from ..live.telemetry import TelemetryHistory
 from ..locations import gpuws_home
 from ..sessions.cost import Economics
-from ..textsafe import visible
+from ..text.textsafe import visible
 from . import workers
 from .commands import ActionsProvider
 from .messages import (
@@ -507,7 +507,7 @@ class GpuwsApp(App[int]):
         """Ask, then run the nsys install plan on the pod."""
         from rich.text import Text
 
-        from ..textsafe import markup_escape
+        from ..text.textsafe import markup_escape
         from .screens.confirm import ConfirmScreen
 
         body = Text(visible(f"{plan.install_how}. These commands run on the pod, then nsys "

@@ -23,7 +23,7 @@ from ..locations import ensure_private_dir
 from ..sessions.cost import economics as session_economics
 from ..sessions.export import export_session
 from ..sessions.store import Store
-from ..textsafe import visible
+from ..text.textsafe import visible
 from .hosts import home_hosts, summarize_sessions
 from .messages import (
     ArtifactsData,

@@ -20,8 +20,8 @@ from ... import protocol
 from ...live.link import probe_summary
 from ...live.telemetry import GAUGES, TelemetryHistory
 from ...sessions.cost import Economics
-from ...textsafe import text as safe_text
-from ...textsafe import visible
+from ...text.textsafe import text as safe_text
+from ...text.textsafe import visible
 from ..messages import AgentLog, EconomicsTick, LinkDown, NcuPlanReady, NsysPlanReady, TelemetryTick
 from ..widgets.pod.cost_ticker import CostTicker
 from ..widgets.pod.counters import CountersPanel

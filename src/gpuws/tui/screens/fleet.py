@@ -32,7 +32,7 @@ from ...sessions.fleet import (
     notes,
 )
 from ...sessions.store import FleetRow, Store
-from ...textsafe import text as safe_text
+from ...text.textsafe import text as safe_text
 from .. import fmt
 
 if TYPE_CHECKING:

@@ -26,11 +26,12 @@ from textual.widgets import (
     Static,
 )
 
-from ... import gpus, protocol
+from ... import protocol
 from ...errors import GpuwsError, UsageError
+from ...gpu import gpus
 from ...kernels.registry import BUILTINS, WorkloadError, WorkloadRef, parse_workload
 from ...runspec import LaunchOptions, build_spec, parse_target_ci
-from ...textsafe import visible
+from ...text.textsafe import visible
 
 if TYPE_CHECKING:
     from ..app import GpuwsApp

@@ -11,7 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
 from ... import protocol
-from ...textsafe import text as safe_text
+from ...text.textsafe import text as safe_text
 from .. import fmt
 
 

@@ -12,9 +12,10 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
-from ... import clocks, protocol
+from ... import protocol
+from ...gpu import clocks
 from ...sessions.compare import Comparison, caution_lines
-from ...textsafe import text as safe_text
+from ...text.textsafe import text as safe_text
 from .. import fmt
 from ..messages import ResultsData
 from ..results import RunResults

@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
-from ...textsafe import text as safe_text
+from ...text.textsafe import text as safe_text
 from .. import fmt
 from ..messages import Exported, SessionsData
 

@@ -7,9 +7,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Sparkline
 
-from .... import clocks, protocol
+from .... import protocol
+from ....gpu import clocks
 from ....live.telemetry import TelemetryHistory
-from ....textsafe import visible
+from ....text.textsafe import visible
 from ... import fmt
 
 

@@ -9,7 +9,7 @@ from textual.message import Message
 from textual.widgets import Button, Label, Static
 
 from .... import protocol
-from ....textsafe import visible
+from ....text.textsafe import visible
 
 
 class NsysPanel(Vertical):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from .... import gpus, protocol
-from ....textsafe import visible
+from .... import protocol
+from ....gpu import gpus
+from ....text.textsafe import visible
 from ... import fmt
 
 

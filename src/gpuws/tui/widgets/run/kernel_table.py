@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from .... import protocol
-from ....textsafe import visible
+from ....text.textsafe import visible
 from ... import fmt
 
 

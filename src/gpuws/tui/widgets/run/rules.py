@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from .... import protocol
-from ....textsafe import visible
+from ....text.textsafe import visible
 from ... import fmt
 from ..quiet import QuietStatic
 

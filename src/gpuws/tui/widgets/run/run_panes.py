@@ -16,9 +16,10 @@ from textual.containers import Vertical, VerticalScroll
 from textual.timer import Timer
 from textual.widgets import Label, Log, TabbedContent, TabPane
 
-from .... import gpus, protocol
+from .... import protocol
+from ....gpu import gpus
 from ....live.model import LogLine, RunModel
-from ....textsafe import visible
+from ....text.textsafe import visible
 from ... import fmt
 from ...notes import why_missing
 from ..quiet import QuietStatic
@@ -221,7 +222,7 @@ def busy_diagnosis(target: protocol.GpuTarget) -> protocol.Diagnosis | None:
     """A warning banner's content for a GPU others used when the run started (None: idle).
 
     Made here from ``RunStarted.gpu.busy`` (the pod's word, shown through textsafe by
-    :func:`gpuws.gpus.processes`) when the agent's own ``gpu_busy`` diagnosis has not come
+    :func:`gpuws.gpu.gpus.processes`) when the agent's own ``gpu_busy`` diagnosis has not come
     with it; whichever comes first is the one banner shown.
     """
     if not target.busy:

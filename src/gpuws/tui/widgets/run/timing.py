@@ -1,7 +1,7 @@
 """Tier 1 live: the running median and its CI, the latest samples, their histogram.
 
 The final figure comes with the clocks it was taken at, and a caution when they undermine
-it (throttling, a varying SM clock): :mod:`gpuws.clocks` decides, as for every face.
+it (throttling, a varying SM clock): :mod:`gpuws.gpu.clocks` decides, as for every face.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Sparkline, Static
 
-from .... import clocks, protocol
+from .... import protocol
+from ....gpu import clocks
 from ....live.model import RunModel
-from ....textsafe import visible
+from ....text.textsafe import visible
 from ... import fmt
 from ...notes import why_missing
 from .histogram import Histogram

@@ -5,7 +5,7 @@ unique prefix; ``MIG-…`` for a MIG instance). The form is checked here before 
 connects (:func:`check_syntax`); once the pod's probe is known, a GPU it does not have is
 refused with the list of those it has (:func:`check_on_pod`), the same rule the agent
 applies when it resolves :attr:`gpuws.protocol.RunSpec.gpu`. Everything the pod said
-(names, process names) is made visible through :mod:`gpuws.textsafe` here, so every
+(names, process names) is made visible through :mod:`gpuws.text.textsafe` here, so every
 face can print these lines as they are. No Textual and no Rich here.
 """
 
@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import re
 
-from . import humanfmt, protocol
+from .. import protocol
+from ..errors import UsageError
+from ..text import humanfmt
+from ..text.textsafe import visible
 from .clocks import event_label
-from .errors import UsageError
-from .textsafe import visible
 
 #: CUDA numbers at most 64 devices per process; an index beyond is a typo.
 MAX_INDEX = 63

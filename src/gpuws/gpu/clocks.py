@@ -23,8 +23,9 @@ no number is ever made up for it. No Textual and no Rich here: plain strings.
 
 from __future__ import annotations
 
-from . import humanfmt, protocol
-from .textsafe import visible
+from .. import protocol
+from ..text import humanfmt
+from ..text.textsafe import visible
 
 #: The SM clock may vary this much (``(max - min) / median``) before the figure is
 #: cautioned. NVML moves the H200's clock in 15 MHz steps: one step at 1,980 MHz is 0.8%.
