@@ -39,6 +39,7 @@ run_tests() {
 }
 run_bench() {
   timeout 420 python3 bench/answer.py --out "$OUT/logs/answer.json" --timeout 120 \
+    --repeats "${ANSWER_REPEATS:-3}" \
     > "$OUT/logs/answer.log" 2>&1; echo "bench/answer.py rc=$?"
   tail -25 "$OUT/logs/answer.log"
   timeout 150 python3 bench/timing.py --out "$OUT/logs/timing.json" --max-seconds 4 \
