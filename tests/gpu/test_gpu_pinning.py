@@ -41,7 +41,7 @@ pytestmark = pytest.mark.gpu
 if shutil.which("nvidia-smi") is None:
     pytest.skip("no NVIDIA GPU here", allow_module_level=True)
 
-from gpuws.remote_agent import clocks, gpuinfo  # noqa: E402
+from gpuws.remote_agent.pod import clocks, gpuinfo  # noqa: E402
 
 OUT = Path(os.environ["GPUWS_GPU_OUT"]) if os.environ.get("GPUWS_GPU_OUT") else None
 FIGURES: dict[str, Any] = {}

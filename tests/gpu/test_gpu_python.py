@@ -40,7 +40,7 @@ OUT = Path(os.environ["GPUWS_GPU_OUT"]) if os.environ.get("GPUWS_GPU_OUT") else 
 FIGURES: dict[str, Any] = {"expected": EXPECTED}
 #: Discovery as the agent runs it, in the SSH session's own environment.
 DISCOVER = ("import sys, time, json; sys.path.insert(0, sys.argv[1]); "
-            "from gpuws.remote_agent import pythons; t = time.monotonic(); "
+            "from gpuws.remote_agent.pod import pythons; t = time.monotonic(); "
             "c, _ = pythons.choose(); "
             "print(json.dumps({'s': time.monotonic() - t, 'how': c['how'], 'path': c['path'], "
             "'looked_at': len(c['candidates'])}))")
