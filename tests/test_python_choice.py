@@ -4,7 +4,7 @@ Over the local transport and over a real OpenSSH sshd (a pod user made for the t
 login PATH's ``python3`` is this machine's ``/usr/bin/python3``, which has neither CuPy nor
 torch; a real venv in that user's home has them. torch and CuPy cannot be installed here,
 so "has them" is a stand-in package in the venv's site-packages (metadata as pip writes
-it and an importable-looking package directory; see tests/remote_agent/test_pythons.py).
+it and an importable-looking package directory; see tests/remote_agent/pod/test_pythons.py).
 A ``cmd:python3 ...`` workload proves the run really starts under the chosen interpreter
 (a Python workload needs a GPU; tests/gpu/test_gpu_python.py runs one on the H200).
 """

@@ -15,7 +15,7 @@ from gpuws.remote_agent.profilers.ncu_cmd import (
     validate_selection,
 )
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "ncu-2025.3.1-h200"
 
 # Real output of Nsight Compute 2025.3.1 on the fixtures' H200 (trailing blanks removed;
 # long lines split in two literals only to fit this file). The Sections cell wraps at its

@@ -19,7 +19,7 @@ import pytest
 from gpuws.protocol import Gpu, GpuProcess, GpuSample
 from gpuws.remote_agent.pod import gpuinfo
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 SMI = FIXTURES / "nvidia-smi"
 K80 = SMI / "pai_tesla_k80_x4_430.26.xml"
 GTX = SMI / "pai_gtx1070_x2_384.66.xml"

@@ -25,7 +25,7 @@ from gpuws.remote_agent.measure import tiers
 from gpuws.remote_agent.measure.torch_profile import prepare, read_results
 from gpuws.remote_agent.worker import RunContext
 
-FIXTURE = (Path(__file__).parents[1] / "fixtures" / "ncu-2025.3.1-h200"
+FIXTURE = (Path(__file__).parents[2] / "fixtures" / "ncu-2025.3.1-h200"
            / "torch_profiler_key_averages.txt")
 
 

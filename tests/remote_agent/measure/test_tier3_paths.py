@@ -24,7 +24,7 @@ from gpuws.remote_agent import runs
 from gpuws.remote_agent.measure import tiers
 from gpuws.remote_agent.worker import RunContext
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "ncu-2025.3.1-h200"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "ncu-2025.3.1-h200"
 PERM = ("==PROF== Connected to process 4242 (/usr/bin/python3)\n"
         "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
         "Performance Counters on the target device 0. For instructions on enabling permissions "

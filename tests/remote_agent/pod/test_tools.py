@@ -13,7 +13,7 @@ import pytest
 from gpuws.protocol import ToolInstall
 from gpuws.remote_agent.pod import tools
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "ncu-2025.3.1-h200"
 NCU_VERSION = (FIXTURES / "ncu_version.txt").read_text()
 
 # `nvcc --version` of the CUDA 13.0 toolkit (run on the gpuws dev machine, /usr/local/cuda-13.0).

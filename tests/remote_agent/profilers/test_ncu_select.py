@@ -19,7 +19,7 @@ from gpuws.remote_agent.profilers.ncu_select import (
     user_install_path_for,
 )
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "ncu-2025.3.1-h200"
 UBUNTU_2404 = 'PRETTY_NAME="Ubuntu 24.04.3 LTS"\nNAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\n' \
               "ID_LIKE=debian\n"
 

@@ -31,7 +31,7 @@ from gpuws.remote_agent.measure.tier1 import (
     timing_loop,
 )
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "ncu-2025.3.1-h200"
 H200_PEAKS = {"gpu_name": "NVIDIA H200", "copy_gbps": 4256.0,
               "copy_source": "measured: device-to-device copy", "datasheet_gbps": 4800.0,
               "fp32_tflops": 67.0, "tensor_tflops": 989.0,

@@ -29,7 +29,7 @@ from gpuws.remote_agent.profilers.ncu_reader import (
     scale_value,
 )
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "ncu-2025.3.1-h200"
 GEMM = "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT"
 
 

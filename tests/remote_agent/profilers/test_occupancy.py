@@ -16,7 +16,7 @@ from gpuws.remote_agent.profilers.occupancy import (
     theoretical_occupancy,
 )
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "ncu-2025.3.1-h200"
 
 # cuobjdump --dump-resource-usage of the same file compiled for sm_90 and for sm_80 (CUDA
 # 13.0): sm_90 counts the 1 KB system reservation in SHARED for kernels using shared memory.

@@ -13,7 +13,7 @@ import pytest
 from gpuws.protocol import Gpu, GpuSample
 from gpuws.remote_agent.pod import gpuinfo
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "ncu-2025.3.1-h200"
 SMI_TEXT = (FIXTURES / "nvidia_smi.txt").read_text()
 SMI_XML = (FIXTURES / "nvidia_smi_q.xml").read_text()
 SMI_CSV = (FIXTURES / "nvidia_smi_query.csv").read_text()

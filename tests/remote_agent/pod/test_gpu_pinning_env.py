@@ -28,7 +28,7 @@ from gpuws.remote_agent.measure import tiers
 from gpuws.remote_agent.pod import clocks, gpuinfo
 from gpuws.remote_agent.worker import RunContext
 
-SMI_DIR = Path(__file__).parents[1] / "fixtures" / "nvidia-smi"
+SMI_DIR = Path(__file__).parents[2] / "fixtures" / "nvidia-smi"
 K80_XML = SMI_DIR / "pai_tesla_k80_x4_430.26.xml"
 K80 = gpuinfo.parse_nvidia_smi_xml(K80_XML.read_text())["gpus"]
 GPU2 = "GPU-30bc2701-3bc2-5f35-0ebd-9867a077e138"

@@ -15,7 +15,7 @@ import pytest
 from gpuws.protocol import GpuTarget
 from gpuws.remote_agent.pod import gpuinfo, gpusel
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 
 
 def gpus_of(name: str) -> list[dict[str, Any]]:

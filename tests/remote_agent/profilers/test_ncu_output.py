@@ -16,7 +16,7 @@ from gpuws.remote_agent.profilers.ncu_output import (
     suggest_regex,
 )
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "ncu-2025.3.1-h200"
 PERM = ("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
         "Performance Counters on the target device 0. For instructions on enabling permissions "
         "and to get more information see https://developer.nvidia.com/ERR_NVGPUCTRPERM\n")
@@ -180,7 +180,7 @@ def test_real_chunks_with_demangled_names() -> None:
 
 # ncu 2025.3.1 on an H200, `--set full` on tiled_matmul (n=4096, 16 ms a launch), stdout as
 # bench/tier3.py captured it: a warning cuts the progress bar, which goes on on the next line.
-INTERRUPTED = (Path(__file__).parent.parent / "fixtures" / "recorded"
+INTERRUPTED = (Path(__file__).parents[2] / "fixtures" / "recorded"
                / "ncu_full_tiled_matmul_h200.log").read_text()
 LONG_LAUNCH_WARNING = next(line for line in INTERRUPTED.splitlines()
                            if "taking more time than expected" in line)

@@ -12,7 +12,7 @@ import pytest
 from gpuws.protocol import KernelRow, KernelTable
 from gpuws.remote_agent.measure import tier2_parse as t2
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "ncu-2025.3.1-h200"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "ncu-2025.3.1-h200"
 TORCH_TABLE = (FIXTURES / "torch_profiler_key_averages.txt").read_text()
 
 # `nsys stats --report cuda_gpu_kern_sum --format csv`. The header is the one NVIDIA's

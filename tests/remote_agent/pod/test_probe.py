@@ -14,7 +14,7 @@ import pytest
 from gpuws.protocol import Counters, Probe, PyPackage
 from gpuws.remote_agent.pod import probe
 
-SRC = Path(__file__).parent.parent.parent / "src"
+SRC = Path(__file__).parents[3] / "src"
 
 # CapEff values seen on real machines.
 ROOT_HOST = "000001ffffffffff"  # root on a host: every capability up to CAP_CHECKPOINT_RESTORE
