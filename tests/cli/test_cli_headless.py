@@ -22,14 +22,14 @@ from gpuws.cli import main, make_parser
 from gpuws.errors import RunError, UsageError
 from gpuws.sessions.store import Store
 
-FIX = Path(__file__).parent / "fixtures" / "ncu-2025.3.1-h200"
+FIX = Path(__file__).parents[1] / "fixtures" / "ncu-2025.3.1-h200"
 
 
 def _load_recorded() -> ModuleType:
     # The realistic event streams of tests/sessions/recorded.py, loaded by path under a
     # name no other test module uses.
     spec = importlib.util.spec_from_file_location(
-        "gpuws_cli_recorded", Path(__file__).parent / "sessions" / "recorded.py")
+        "gpuws_cli_recorded", Path(__file__).parents[1] / "sessions" / "recorded.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -41,7 +41,7 @@ from multigpu import A5000_X2, K80_X4, probe  # type: ignore[import-not-found]
 
 def _load_recorded() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
-        "gpuws_gpus_clocks_recorded", Path(__file__).parent / "sessions" / "recorded.py")
+        "gpuws_gpus_clocks_recorded", Path(__file__).parents[1] / "sessions" / "recorded.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -349,7 +349,7 @@ def test_a_pod_named_twice_is_refused(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_the_exit_status_is_documented() -> None:
     assert dict(EXIT_CODES)[fleet_cmd.FLEET_FAILED_EXIT].startswith("run POD POD ...")
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert "| 12 | `run POD POD ...`" in readme
 
 
