@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -46,3 +48,15 @@ def print_json(data: Any) -> None:
     import json
 
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def write_report(text: str, output: str | None) -> None:
+    """A markdown report to ``output`` (``-`` or None: stdout), written whole or not at all."""
+    if output and output != "-":
+        path = Path(output)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)  # never leave a half-written report behind
+        console(stderr=True).print(f"wrote {path} ({len(text)} bytes)")
+    else:
+        sys.stdout.write(text)

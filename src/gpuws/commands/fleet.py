@@ -15,11 +15,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import signal
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -50,7 +48,7 @@ from ..sessions.store import FleetRow, Store
 from ..text import humanfmt
 from ..text.textsafe import text as safe
 from ..text.textsafe import visible
-from .common import console, print_json
+from .common import console, print_json, write_report
 from .run import build_spec, target_of
 
 #: The exit status when one or more pods of a fleet gave no result (README, cli.EXIT_CODES).
@@ -507,12 +505,5 @@ async def export(args: argparse.Namespace) -> int:
     with Store() as store:
         fleet = find_fleet(store, args.fleet)
         text = export_fleet(store, fleet.id)
-    if args.output and args.output != "-":
-        path = Path(args.output)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)  # never leave a half-written report behind
-        console(stderr=True).print(f"wrote {path} ({len(text)} bytes)")
-    else:
-        sys.stdout.write(text)
+    write_report(text, args.output)
     return 0

@@ -8,9 +8,7 @@ to the listing where ids are found (``gpuws history``, ``gpuws sessions``).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -24,7 +22,7 @@ from ..sessions.export import export_session
 from ..sessions.runlist import RUN_LISTING_REMEDY, RunSummary, list_runs
 from ..sessions.store import RunRow, SessionRow, Store
 from ..text import humanfmt
-from .common import console, print_json
+from .common import console, print_json, write_report
 
 
 def find_run(store: Store, run_id: str) -> RunRow:
@@ -144,14 +142,7 @@ async def export(args: argparse.Namespace) -> int:
     with Store() as store:
         session = find_session(store, args.session)
         text = export_session(store, session.id)
-    if args.output and args.output != "-":
-        path = Path(args.output)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)  # never leave a half-written report behind
-        console(stderr=True).print(f"wrote {path} ({len(text)} bytes)")
-    else:
-        sys.stdout.write(text)
+    write_report(text, args.output)
     return 0
 
 
