@@ -10,8 +10,6 @@ the same code ``gpuws run POD POD ...`` ends with.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +19,18 @@ from textual.widgets import DataTable
 
 from gpuws import protocol
 from gpuws.sessions.store import Store
-from gpuws.tui.app import GpuwsApp, StartHome
 from gpuws.tui.screens.fleet import FleetScreen
 from gpuws.tui.screens.results import ResultsScreen
 from gpuws.tui.screens.sessions import SessionsScreen
-from tui.tuikit import RECORDED, h200_probe, recorded_events  # type: ignore[import-not-found]
+from tui.tuikit import (  # type: ignore[import-not-found]
+    RECORDED,
+    SnapCompare,
+    h200_probe,
+    recorded_events,
+)
+from tui.tuikit import frozen_app as app_on  # type: ignore[import-not-found]
+from tui.tuikit import settle as until  # type: ignore[import-not-found]
 
-FIXED_NOW = 1_795_270_000.0
-SnapCompare = Callable[..., bool]
 UNREACHABLE = ("Connection refused: connection to 203.0.113.9:22 refused — is sshd running "
                "there, and is the port right (-p / Port)?")
 
@@ -60,21 +62,6 @@ def fill_fleet() -> tuple[str, list[str]]:
         s.set_fleet_pod(fid, 2, status="unreachable", error=UNREACHABLE)
         s.end_fleet(fid, ended=second[-1].ts + 6)
     return fid, sessions
-
-
-def app_on() -> GpuwsApp:
-    ticks = itertools.count()
-    return GpuwsApp(StartHome(), now=lambda: FIXED_NOW, step_clock=lambda: next(ticks) * 0.125,
-                    ssh_config="/nonexistent/gpuws-test/ssh_config")
-
-
-async def until(pilot: Pilot[Any], ready: Callable[[], bool], timeout: float = 10.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if ready():
-            await pilot.pause(0.3)
-            return
-        await pilot.pause(0.05)
-    raise AssertionError("the app did not settle")
 
 
 def comparison_rows(app: Any) -> int:

@@ -11,7 +11,6 @@ memory as captured) and the clocks while Tier 1 sampled (the H200's real 345 MHz
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,39 +20,27 @@ from textual.pilot import Pilot
 from textual.widgets import Select, TabbedContent
 
 from gpuws import protocol
-from gpuws.live.storeio import StoreHandle
 from gpuws.live.telemetry import TelemetryHistory
-from gpuws.tui.app import GpuwsApp, StartHome, StartReplay
 from gpuws.tui.messages import TelemetryTick
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.launcher import LauncherScreen
 from gpuws.tui.screens.run import RunScreen
 from multigpu import A5000_X2, K80_X4, probe, telemetry  # type: ignore[import-not-found]
-from tui.tuikit import RECORDED, RECORDING  # type: ignore[import-not-found]
+from tui.tuikit import (  # type: ignore[import-not-found]
+    RECORDED,
+    RECORDING,
+    SnapCompare,
+    replay_app,
+    replayed,
+)
+from tui.tuikit import frozen_app as app_on  # type: ignore[import-not-found]
 
-FIXED_NOW = 1_795_270_000.0
-SnapCompare = Callable[..., bool]
 #: The H200's clocks while Tier 1 sampled a cold start (see the module docstring).
 COLD_START = {"samples": 40, "sm_mhz_min": 345.0, "sm_mhz_median": 1980.0,
               "sm_mhz_max": 1980.0, "sm_mhz_ceiling": 1980.0, "mem_mhz_min": 3201.0,
               "mem_mhz_max": 3201.0, "clock_events": []}
 LLAMA = {"pid": 100477, "name": "/root/src/llama.cpp/build/bin/llama-server",
          "used_mib": 22430.0}
-
-
-def app_on() -> GpuwsApp:
-    ticks = itertools.count()
-    return GpuwsApp(StartHome(), now=lambda: FIXED_NOW, step_clock=lambda: next(ticks) * 0.125,
-                    ssh_config="/nonexistent/gpuws-test/ssh_config")
-
-
-async def until(pilot: Pilot[Any], ready: Callable[[], bool], timeout: float = 10.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if ready():
-            await pilot.pause(0.3)
-            return
-        await pilot.pause(0.05)
-    raise AssertionError("the app did not settle")
 
 
 def dashboard_of(p: protocol.Probe, history: TelemetryHistory
@@ -137,37 +124,11 @@ def _pinned_recording(tmp_path: Path) -> Path:
     return path
 
 
-def replay_until_done(*keys: str) -> Callable[[Pilot[Any]], Awaitable[None]]:
-    async def run_before(pilot: Pilot[Any]) -> None:
-        app = pilot.app
-        assert isinstance(app, GpuwsApp)
-
-        def shown() -> bool:
-            screen = app.screen
-            return (isinstance(screen, RunScreen) and bool(screen.query("RunPanes"))
-                    and screen.panes.model.finished is not None and app.feed.backlog == 0)
-
-        await until(pilot, shown)
-        await pilot.pause(0.4)  # the Tier-1 pane's last throttled redraw
-        for key in keys:
-            await pilot.press(key)
-            await pilot.pause(0.1)
-        app.clear_notifications()
-        await pilot.pause()
-
-    return run_before
-
-
-def replay_app(source: Path) -> GpuwsApp:
-    return GpuwsApp(StartReplay(str(source), speed=None), store=StoreHandle.throwaway(),
-                    now=lambda: FIXED_NOW)
-
-
 def test_run_names_a_busy_gpu_and_cautions_its_clocks(snap_compare: SnapCompare,
                                                       tmp_path: Path) -> None:
     """The busy-GPU banner above the tabs; the clocks and their caution under the figure."""
     app = replay_app(_pinned_recording(tmp_path))
-    assert snap_compare(app, terminal_size=(100, 34), run_before=replay_until_done())
+    assert snap_compare(app, terminal_size=(100, 34), run_before=replayed())
     app.store.close_blocking()
 
 
@@ -176,7 +137,7 @@ def test_a_failed_runs_metrics_say_why(snap_compare: SnapCompare, tmp_path: Path
     source = tmp_path / "blocked.ndjson"
     source.write_bytes(b"".join(RECORDED.blocked_run("20251121-101010-blocked")))
     app = replay_app(source)
-    assert snap_compare(app, terminal_size=(100, 32), run_before=replay_until_done("3"))
+    assert snap_compare(app, terminal_size=(100, 32), run_before=replayed("3"))
     app.store.close_blocking()
 
 
@@ -185,7 +146,7 @@ async def test_a_cancelled_run_says_so_on_every_empty_pane(tmp_path: Path) -> No
     source.write_bytes(b"".join(RECORDED.cancelled_run("20251121-101010-cancel")))
     app = replay_app(source)
     async with app.run_test(size=(100, 32)) as pilot:
-        await replay_until_done()(pilot)
+        await replayed()(pilot)
         screen = app.screen
         assert isinstance(screen, RunScreen)
         panes = screen.panes

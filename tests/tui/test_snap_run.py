@@ -2,57 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
-from textual.pilot import Pilot
-
-from gpuws.live.storeio import StoreHandle
-from gpuws.tui.app import GpuwsApp, StartReplay
-from gpuws.tui.screens.run import RunScreen
-from tui.tuikit import RECORDED, RECORDING  # type: ignore[import-not-found]
-
-FIXED_NOW = 1_795_270_000.0
-SnapCompare = Callable[..., bool]
-
-
-def replay_app(source: Path) -> GpuwsApp:
-    return GpuwsApp(StartReplay(str(source), speed=None), store=StoreHandle.throwaway(),
-                    now=lambda: FIXED_NOW)
-
-
-async def until(pilot: Pilot[Any], ready: Callable[[], bool], timeout: float = 10.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if ready():
-            await pilot.pause(0.1)
-            return
-        await pilot.pause(0.05)
-    raise AssertionError("the app did not settle")
-
-
-def replayed(*keys: str) -> Callable[[Pilot[Any]], Awaitable[None]]:
-    """run_before: wait for the whole recording to be shown, then press keys."""
-
-    async def run_before(pilot: Pilot[Any]) -> None:
-        app = pilot.app
-        assert isinstance(app, GpuwsApp)
-
-        def shown() -> bool:
-            screen = app.screen
-            # The screen may be pushed and not composed yet: no panes to ask then.
-            return (isinstance(screen, RunScreen) and bool(screen.query("RunPanes"))
-                    and screen.panes.model.finished is not None and app.feed.backlog == 0)
-
-        await until(pilot, shown)
-        await pilot.pause(0.4)  # the Tier-1 pane's last throttled redraw
-        for key in keys:
-            await pilot.press(key)
-            await pilot.pause(0.1)
-        app.clear_notifications()
-        await pilot.pause()
-
-    return run_before
+from tui.tuikit import (  # type: ignore[import-not-found]
+    RECORDED,
+    RECORDING,
+    SnapCompare,
+    replay_app,
+    replayed,
+)
 
 
 def test_live_run_timing_80x24(snap_compare: SnapCompare) -> None:

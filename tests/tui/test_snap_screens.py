@@ -7,7 +7,6 @@ selector makes for it, and telemetry parsed from the captured ``nvidia-smi --que
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -25,35 +24,22 @@ from gpuws.remote_agent.pod.gpuinfo import TELEMETRY_FIELDS, parse_query_csv, sa
 from gpuws.remote_agent.profilers.ncu_select import select_ncu
 from gpuws.sessions.cost import economics
 from gpuws.sessions.store import Store
-from gpuws.tui.app import GpuwsApp, StartConnect, StartHome
+from gpuws.tui.app import GpuwsApp, StartConnect
 from gpuws.tui.messages import EconomicsTick, NcuPlanReady, TelemetryTick
 from gpuws.tui.screens.connecting import ConnectingScreen
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.launcher import LauncherScreen
 from gpuws.tui.screens.sessions import SessionsScreen
-from tui.tuikit import FIXTURES, fill_store, h200_probe  # type: ignore[import-not-found]
+from tui.tuikit import (  # type: ignore[import-not-found]
+    FIXTURES,
+    SnapCompare,
+    fill_store,
+    h200_probe,
+)
+from tui.tuikit import frozen_app as app_on  # type: ignore[import-not-found]
+from tui.tuikit import settle as until  # type: ignore[import-not-found]
 
-FIXED_NOW = 1_795_270_000.0
-SnapCompare = Callable[..., bool]
 UBUNTU = 'ID=ubuntu\nVERSION_ID="22.04"\n'
-
-
-async def until(pilot: Pilot[Any], ready: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Wait for ``ready()``, then a little more: tables size their columns on idle."""
-    for _ in range(int(timeout / 0.05)):
-        if ready():
-            await pilot.pause(0.3)
-            return
-        await pilot.pause(0.05)
-    raise AssertionError("the app did not settle")
-
-
-def app_on(start: Any = None, ssh_config: str = "/nonexistent/gpuws-test/ssh_config"
-           ) -> GpuwsApp:
-    """The app with frozen clocks and no ssh config of the machine's own."""
-    ticks = itertools.count()
-    return GpuwsApp(start or StartHome(), now=lambda: FIXED_NOW,
-                    step_clock=lambda: next(ticks) * 0.125, ssh_config=ssh_config)
 
 
 def h200_telemetry() -> TelemetryHistory:

@@ -6,7 +6,8 @@ Imported as ``tui.tuikit`` (``tests`` is on the path; test modules are imported 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
+import itertools
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -17,8 +18,9 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from gpuws import protocol
+from gpuws.live.storeio import StoreHandle
 from gpuws.sessions.store import Store
-from gpuws.tui.app import GpuwsApp
+from gpuws.tui.app import GpuwsApp, StartHome, StartReplay
 from gpuws.tui.messages import RunEvents
 from gpuws.tui.screens.run import RunScreen
 
@@ -115,3 +117,56 @@ async def launch_command(pilot: Pilot[Any], command: str) -> RunScreen:
     await pilot.press("ctrl+r")
     await until(pilot, lambda: isinstance(pilot.app.screen, RunScreen))
     return run_screen(pilot.app)  # type: ignore[arg-type]
+
+
+#: The clock of every snapshot: screenshots show times, so they must not move.
+FIXED_NOW = 1_795_270_000.0
+SnapCompare = Callable[..., bool]
+
+
+async def settle(pilot: Pilot[Any], ready: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait for ``ready()``, then a little more: tables size their columns on idle."""
+    for _ in range(int(timeout / 0.05)):
+        if ready():
+            await pilot.pause(0.3)
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("the app did not settle")
+
+
+def frozen_app(start: Any = None, ssh_config: str = "/nonexistent/gpuws-test/ssh_config"
+               ) -> GpuwsApp:
+    """The app with frozen clocks and no ssh config of the machine's own."""
+    ticks = itertools.count()
+    return GpuwsApp(start or StartHome(), now=lambda: FIXED_NOW,
+                    step_clock=lambda: next(ticks) * 0.125, ssh_config=ssh_config)
+
+
+def replay_app(source: Path) -> GpuwsApp:
+    """A replay of ``source`` as fast as it goes, into a throwaway store."""
+    return GpuwsApp(StartReplay(str(source), speed=None), store=StoreHandle.throwaway(),
+                    now=lambda: FIXED_NOW)
+
+
+def replayed(*keys: str) -> Callable[[Pilot[Any]], Awaitable[None]]:
+    """run_before: wait for the whole recording to be shown, then press keys."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, GpuwsApp)
+
+        def shown() -> bool:
+            screen = app.screen
+            # The screen may be pushed and not composed yet: no panes to ask then.
+            return (isinstance(screen, RunScreen) and bool(screen.query("RunPanes"))
+                    and screen.panes.model.finished is not None and app.feed.backlog == 0)
+
+        await settle(pilot, shown)
+        await pilot.pause(0.4)  # the Tier-1 pane's last throttled redraw
+        for key in keys:
+            await pilot.press(key)
+            await pilot.pause(0.1)
+        app.clear_notifications()
+        await pilot.pause()
+
+    return run_before
