@@ -237,3 +237,25 @@ def test_cmd_workload_under_tiers_2_and_3(pod: Path, capsys: pytest.CaptureFixtu
     FIGURES["cmd_workload"] = {"tier2_source": table["source"],
                                "top_kernel": table["kernels"][0]["name"],
                                "tiers": of(events, "tier_finished")}
+
+
+def test_torch_cmd_runs_once_for_its_output_and_the_kernel_table(
+        pod: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``cmd:`` that starts torch runs once under the injected torch.profiler: the same
+    run gives the command's output (Tier 0) and Tier 2's table, with no ncu pass."""
+    prog = ("import torch; a = torch.randn(1024, 1024, device='cuda'); "
+            "[a @ a for _ in range(3)]; torch.cuda.synchronize(); print('torch-cmd-done')")
+    code, events = run_json(capsys, "run", "pod", "-F", str(pod), "-w",
+                            f"cmd:python3 -c \"{prog}\"", "--tiers", "2", "--json",
+                            "--no-pull")
+    assert code == 0, [e for e in events if e["type"] in ("diagnosis", "run_finished")]
+    assert [e["text"] for e in of(events, "output")].count("torch-cmd-done") == 1
+    started = {e["tier"]: e for e in of(events, "tier_started")}
+    assert sorted(started) == [0, 2] and "torch.profiler" in started[0]["name"]
+    assert started[2].get("argv") is None  # no second run of the command
+    table = of(events, "kernel_table")[0]
+    assert table["source"] == "torch.profiler (injected)", table["source"]
+    # The three matmuls: one kernel (cuBLAS's, whatever its name on this GPU) called 3 times.
+    assert any(k["calls"] >= 3 for k in table["kernels"]), table["kernels"]
+    FIGURES["torch_cmd_once"] = {"tiers": of(events, "tier_finished"),
+                                 "top_kernel": table["kernels"][0]["name"]}

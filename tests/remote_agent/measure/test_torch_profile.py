@@ -210,3 +210,52 @@ def test_tier2_order_for_a_python_command(tmp_path: Path, fake_torch: dict[str, 
                        inject=False) is None
     assert [e["type"] for e in got] == ["tier_started", "diagnosis", "tier_finished"]
     assert "torch" not in got[1]["cause"]
+
+
+def _command_run(tmp_path: Path, fake_torch: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                 script: str) -> tuple[list[dict[str, Any]], Path]:
+    """A whole ``cmd:`` run of ``python3 job.py`` asking for Tier 2 only, on a pod with a
+    GPU but neither nsys nor ncu (fake torch: there is no GPU here). ``job.py`` appends a
+    line to ``ran.txt`` each time it starts."""
+    monkeypatch.setenv("GPUWS_POD_CACHE", str(tmp_path / "cache"))
+    ctx = RunContext("20250101-000000-bbbbbb",
+                     {"workload": f"cmd:{sys.executable} job.py", "tiers": [2]}, [].append)
+    got: list[dict[str, Any]] = []
+    ctx.emit = got.append
+    os.makedirs(ctx.artifact_dir)
+    ran = tmp_path / "ran.txt"
+    Path(ctx.run_dir, "job.py").write_text(
+        f"with open({str(ran)!r}, 'a') as f:\n    f.write('ran\\n')\n{script}\n"
+        "print('the output')\n")
+    ctx.env.update(fake_torch)
+    tiers.run_command(ctx, f"{sys.executable} job.py", NoToolsPod())  # type: ignore[arg-type]
+    for event in got:
+        assert not isinstance(protocol.decode_event(wire.dumps(event)), protocol.BadLine)
+    return got, ran
+
+
+def test_a_python_command_runs_once_for_its_output_and_tier_2(
+        tmp_path: Path, fake_torch: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    got, ran = _command_run(tmp_path, fake_torch, monkeypatch, "import torch")
+    assert ran.read_text() == "ran\n"  # once, where it used to run plain and then profiled
+    started = [e for e in got if e["type"] == "tier_started"]
+    assert [e["tier"] for e in started] == [0, 2]
+    assert "torch.profiler" in started[0]["name"]  # the command's wall time had it on
+    assert started[1].get("argv") is None  # Tier 2 ran no command of its own
+    out = [e for e in got if e["type"] == "output"]
+    assert [(e["tier"], e["text"]) for e in out] == [(0, "the output")]
+    table = next(e for e in got if e["type"] == "kernel_table")
+    assert table["source"] == "torch.profiler (injected)"
+    assert [r["name"] for r in table["kernels"]] == ["A", "B"]
+    finished = {e["tier"]: e for e in got if e["type"] == "tier_finished"}
+    assert finished[0]["status"] == "ok" and finished[2]["status"] == "fallback"
+
+
+def test_a_python_command_without_torch_still_gets_the_other_paths(
+        tmp_path: Path, fake_torch: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    got, ran = _command_run(tmp_path, fake_torch, monkeypatch, "import json")
+    assert ran.read_text() == "ran\n"
+    diag = next(e for e in got if e["type"] == "diagnosis")
+    assert diag["code"] == "no_timeline"
+    assert "no Python process imported torch" in diag["cause"] and "ncu" in diag["cause"]
+    assert not [e for e in got if e["type"] == "kernel_table"]
