@@ -49,7 +49,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
 
 
 def make_parser() -> argparse.ArgumentParser:
-    from .commands.common import add_connection_args
+    from .commands.common import add_connection_args, add_run_args
 
     epilog = "exit status:\n" + "\n".join(f"  {code:>3}  {meaning}"
                                            for code, meaning in EXIT_CODES)
@@ -87,8 +87,6 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true",
                    help="confirm --install-nsys without asking (for scripts)")
     p.set_defaults(func=_lazy("doctor", "doctor"))
-
-    from .commands.run import add_run_args
 
     p = sub.add_parser("run", help="run a workload through the profiling tiers (on several "
                                    "pods at once: a fleet)")

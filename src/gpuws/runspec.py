@@ -132,7 +132,7 @@ def parse_target_ci(text: str | float) -> float:
 
 
 def options_from_args(args: argparse.Namespace) -> LaunchOptions:
-    """The options ``gpuws run``'s flags hold (see ``commands.run.add_run_args``).
+    """The options ``gpuws run``'s flags hold (see ``commands.common.add_run_args``).
 
     Also checks the flags that only the command line has, before anything connects:
     ``--fail-if-slower`` needs ``--baseline``, a detached run is never compared, and the

@@ -60,3 +60,67 @@ def write_report(text: str, output: str | None) -> None:
         console(stderr=True).print(f"wrote {path} ({len(text)} bytes)")
     else:
         sys.stdout.write(text)
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    """``gpuws run``'s arguments. Here, not in :mod:`.run`, so that building the parser
+    for any command does not import the run's engine (~40 ms of every start)."""
+    add_connection_args(p)
+    p.add_argument("--workload", "-w", required=True,
+                   help="builtin:NAME[?k=v&...], file:PATH or cmd:COMMAND")
+    p.add_argument("--tiers", default="1,2,3", help="comma-separated tiers (default 1,2,3)")
+    p.add_argument("--gpu", metavar="N|UUID",
+                   help="the GPU to run on, through every tier: its index (0, 1, …) or its "
+                        "UUID as nvidia-smi -L prints it (GPU-…, MIG-…; a unique prefix is "
+                        "enough); `gpuws doctor HOST` lists them (default: CUDA's first)")
+    t1 = p.add_argument_group("Tier 1 (CUDA events)")
+    t1.add_argument("--target-ci", default="0.01",
+                    help="stop Tier 1 when the median's 95%% CI is within ± this of it: 1%% "
+                         "(or the share 0.01, the default)")
+    t1.add_argument("--max-seconds", type=float, default=10.0, help="time budget for sampling")
+    t1.add_argument("--min-samples", type=int, default=10,
+                    help="Tier 1 takes at least this many samples before the CI target may "
+                         "stop it (default 10)")
+    t1.add_argument("--warmup", type=int, default=5,
+                    help="untimed calls before Tier 1 starts timing (default 5)")
+    mode = t1.add_mutually_exclusive_group()
+    mode.add_argument("--cold", dest="timing", action="store_const", const="cold",
+                      default="auto",
+                      help="flush L2 clean and idle 1 ms before every sample: the "
+                           "conditions ncu measures in (default for calls >= 10 us)")
+    mode.add_argument("--hot", dest="timing", action="store_const", const="hot",
+                      help="back-to-back samples, L2 warm: steady-state throughput "
+                           "(default for calls < 10 us, which are batched)")
+    t3 = p.add_argument_group("Tier 3 (Nsight Compute)")
+    t3.add_argument("--kernel-regex", "-k", help="kernels to profile (default: Tier 2's top)")
+    t3.add_argument("--launch-skip", type=int, default=0,
+                    help="matching kernel launches ncu skips before profiling (default 0)")
+    t3.add_argument("--launch-count", type=int, default=1,
+                    help="matching kernel launches ncu profiles (default 1)")
+    t3.add_argument("--ncu-set", help="a section set from `ncu --list-sets` instead of the "
+                                      "focused default")
+    t3.add_argument("--ncu-sections", help="comma-separated section identifiers")
+    t3.add_argument("--replay-mode", choices=["kernel", "application", "range", "app-range"],
+                    help="ncu's --replay-mode (default: ncu's own)")
+    t3.add_argument("--clock-control", choices=["none", "base"], default="none",
+                    help="none (default) keeps the clocks Tier 1 saw")
+    t3.add_argument("--cache-control", choices=["all", "none"], default="all",
+                    help="ncu's --cache-control: all (default) flushes caches between passes, "
+                         "none keeps them")
+    t3.add_argument("--ncu", dest="ncu_path", help="use this ncu instead of the selected one")
+    p.add_argument("--profile-iters", type=int, default=10,
+                   help="workload calls per profiled process (Tier 2/3)")
+    p.add_argument("--timeout", type=float, help="kill a workload process after this many s")
+    p.add_argument("--install-cupy", action="store_true",
+                   help="install the CuPy wheel that fits the driver if the pod has none")
+    p.add_argument("--env", action="append", default=[], metavar="K=V",
+                   help="environment for the workload (repeatable)")
+    p.add_argument("--rate", type=float, help="the pod's price in USD per hour")
+    p.add_argument("--detach", action="store_true",
+                   help="start the run, print its id and return; it goes on on the pod")
+    p.add_argument("--no-pull", action="store_true", help="leave the artifacts on the pod")
+    p.add_argument("--baseline", help="compare with this run id (from the store)")
+    p.add_argument("--fail-if-slower", type=float, metavar="PCT",
+                   help="exit non-zero when slower than the baseline by more than PCT%% "
+                        "beyond noise")
+    p.add_argument("--json", action="store_true", help="print the run's events as NDJSON")
