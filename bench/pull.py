@@ -45,7 +45,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from _sshd import Pod, machine, median, running_pod
+from _sshd import Pod, compile_gpuws, machine, median, running_pod
 
 from gpuws import protocol
 from gpuws.client import AgentClient
@@ -379,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                          "changes undone one at a time (agent started; chacha20 first), "
                          "beside scp")
     args = ap.parse_args(argv)
+    compile_gpuws()
     if args.variants:
         results = asyncio.run(variants(args))
         print(variants_table(results))
