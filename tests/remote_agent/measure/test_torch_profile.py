@@ -285,7 +285,10 @@ def test_tier2_of_a_python_workload_takes_the_ncu_pass_before_torch_profiler(
     monkeypatch.setenv("GPUWS_POD_CACHE", str(tmp_path / "cache"))
     raw = Path(__file__).parents[2] / "fixtures" / "ncu-2025.3.1-h200" / "saxpy_raw.csv"
     ncu = tmp_path / "ncu"
-    ncu.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'ncu-args'}\ncat {raw}\n")
+    # As ncu does with --log-file: its CSV page to that file, the workload's lines to stdout.
+    ncu.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'ncu-args'}\n"
+                   'for a in "$@"; do [ "$prev" = --log-file ] && log="$a"; prev="$a"; done\n'
+                   f'cat {raw} > "$log"\necho "the workload\'s own line"\n')
     ncu.chmod(0o755)
     got: list[dict[str, Any]] = []
     ctx = RunContext("20250101-000000-cccccc", {"workload": "builtin:saxpy", "tiers": [2]},
@@ -305,6 +308,8 @@ def test_tier2_of_a_python_workload_takes_the_ncu_pass_before_torch_profiler(
     started = [e for e in got if e["type"] == "tier_started"]
     assert len(started) == 1 and started[0]["argv"][0] == str(ncu)  # torch never started
     assert "--profile-from-start off" in (tmp_path / "ncu-args").read_text()
+    assert [(e["tier"], e["text"]) for e in got if e["type"] == "output"] == [
+        (2, "the workload's own line")]
     table = next(e for e in got if e["type"] == "kernel_table")
     assert table["source"] == "ncu gpu__time_duration" and table.get("gpu_idle_pct") is None
     # Counters blocked: no ncu pass; torch.profiler gives the table and the shares.

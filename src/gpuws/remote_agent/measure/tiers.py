@@ -495,19 +495,34 @@ def tier2_nsys(ctx: "RunContext", nsys: str, target: List[str], python: bool,
 def tier2_ncu(ctx: "RunContext", ncu: str, target: List[str], python: bool,
               tried: List[str]) -> Optional[List[Dict[str, Any]]]:
     from ..profilers.ncu_reader import read_raw_csv
+    from ..safefiles import read_regular
     from .tier2_parse import rank_kernels
 
+    # ncu's own output (the CSV page, its ==PROF== lines) goes to a file, so stdout carries
+    # only the workload's, shown under Tier 2 as every other tier shows it; mixed in with
+    # the CSV it was lost, and a workload line could have been read as a row.
+    log = os.path.join(ctx.run_dir, "ncu-pass.log")
+    try:
+        os.unlink(log)
+    except OSError:
+        pass
     argv = [ncu, "--metrics", "gpu__time_duration.sum", "--csv", "--page", "raw",
             "--kernel-name-base", "demangled", "--target-processes", "all",
             *gpusel.ncu_device_args(ctx.gpu),
-            "--clock-control", str(ctx.spec.get("clock_control") or "none")]
+            "--clock-control", str(ctx.spec.get("clock_control") or "none"),
+            "--log-file", log]
     if python:
         argv += ["--profile-from-start", "off"]
     argv += target
     ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline (ncu pass)", argv=argv))
-    res = procs.run_streaming(argv, emit=lambda e: None, tier=2, cwd=ctx.run_dir, env=ctx.env,
-                              timeout_s=ctx.spec.get("timeout_s"), tail_chars=1 << 24)
-    launches = read_raw_csv(res.stdout_tail) if res.returncode == 0 else []
+    res = procs.run_streaming(argv, emit=ctx.emit, tier=2, cwd=ctx.run_dir, env=ctx.env,
+                              timeout_s=ctx.spec.get("timeout_s"))
+    try:
+        # A page per launch: 16 MiB is some 40,000 launches.
+        text = read_regular(log, 1 << 24).decode("utf-8", "replace")
+    except OSError:
+        text = ""
+    launches = read_raw_csv(text) if res.returncode == 0 else []
     totals: Dict[str, Dict[str, Any]] = {}
     for launch in launches:
         dur = (launch.get("metrics") or {}).get("duration_ns")
