@@ -160,6 +160,22 @@ def gpuws_run(case: Case, args: argparse.Namespace, env: dict[str, str]) -> dict
             events.append(json.loads(line))
         except ValueError:
             continue
+    step.update(read_events(events, t0, step))
+    step["events"] = len(events)
+    run_id = next((ev.get("run_id") for ev in events if ev.get("type") == "run_started"), None)
+    if run_id and step["error"] and step["error"].startswith("timed out"):
+        # The run is a detached worker on the pod: stop it, or it runs on under the
+        # next measurements.
+        run_step("gpuws cancel", [sys.executable, "-c", GPUWS, "cancel", "local", str(run_id),
+                                  "--python", args.python], 60, env=env)
+    return step
+
+
+def read_events(events: list[dict[str, Any]], t0: float, step: dict[str, Any]
+                ) -> dict[str, Any]:
+    """What a ``gpuws run --json`` printed: each tier's wall time and path, the kernel
+    table's source and top kernel, the run's end (a failed run marks ``step`` failed)."""
+    out: dict[str, Any] = {}
     tiers: dict[str, dict[str, Any]] = {}
     names: dict[str, str] = {}
     for ev in events:
@@ -170,11 +186,11 @@ def gpuws_run(case: Case, args: argparse.Namespace, env: dict[str, str]) -> dict
                                       "source": ev.get("source"), "reason": ev.get("reason"),
                                       "answer_at_s": ev.get("ts", t0) - t0}
         elif ev.get("type") == "kernel_table":
-            step["kernel_table_source"] = ev.get("source")
-            step["top_kernel"] = (ev.get("kernels") or [{}])[0].get("name")
+            out["kernel_table_source"] = ev.get("source")
+            out["top_kernel"] = (ev.get("kernels") or [{}])[0].get("name")
         elif ev.get("type") == "run_finished":
-            step["run_status"] = ev.get("status")
-            step["run_wall_s"] = ev.get("wall_s")
+            out["run_status"] = ev.get("status")
+            out["run_wall_s"] = ev.get("wall_s")
             if ev.get("status") != "ok" and step["ok"]:
                 step["ok"], step["error"] = False, f"run {ev.get('status')}: {ev.get('error')}"
     if "torch.profiler" in names.get("0", "") and "0" in tiers and "2" in tiers:
@@ -183,15 +199,8 @@ def gpuws_run(case: Case, args: argparse.Namespace, env: dict[str, str]) -> dict
         t0_wall, t2_wall = tiers["0"]["wall_s"], tiers["2"]["wall_s"]
         tiers["2"].update(wall_s=(t0_wall or 0.0) + (t2_wall or 0.0), folded=True,
                           own_wall_s=t2_wall)
-    step["tiers"] = tiers
-    step["events"] = len(events)
-    run_id = next((ev.get("run_id") for ev in events if ev.get("type") == "run_started"), None)
-    if run_id and step["error"] and step["error"].startswith("timed out"):
-        # The run is a detached worker on the pod: stop it, or it runs on under the
-        # next measurements.
-        run_step("gpuws cancel", [sys.executable, "-c", GPUWS, "cancel", "local", str(run_id),
-                                  "--python", args.python], 60, env=env)
-    return step
+    out["tiers"] = tiers
+    return out
 
 
 def top_kernel_regex(ncu_pass: dict[str, Any]) -> str | None:

@@ -113,3 +113,27 @@ def test_the_workloads_parse_without_a_gpu() -> None:
     out = subprocess.run([sys.executable, str(BENCH / "workloads" / "transformer.py"), "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "--layers" in out and "--iters" in out  # no torch needed to read it
+
+
+def test_a_command_run_once_for_tier_0_and_tier_2_is_counted_in_tier_2() -> None:
+    """Where the command's own run (Tier 0, under the injected profiler) gave Tier 2's
+    table, Tier 2's time is that run plus the reading; a plain Tier 0 changes nothing."""
+    def events(tier0_name: str) -> list[dict]:
+        return [{"type": "tier_started", "tier": 0, "name": tier0_name},
+                {"type": "tier_finished", "tier": 0, "status": "ok", "wall_s": 4.0, "ts": 5.0},
+                {"type": "tier_started", "tier": 2, "name": "kernel timeline"},
+                {"type": "kernel_table", "source": "torch.profiler (injected)",
+                 "kernels": [{"name": "k"}]},
+                {"type": "tier_finished", "tier": 2, "status": "fallback", "wall_s": 0.25,
+                 "source": "torch.profiler (injected)", "ts": 5.3},
+                {"type": "run_finished", "status": "ok", "wall_s": 9.0}]
+    step = {"ok": True, "error": None}
+    got = answer.read_events(events("workload, under torch.profiler for Tier 2"), 1.0, step)
+    assert got["tiers"]["2"]["wall_s"] == 4.25 and got["tiers"]["2"]["folded"]
+    assert got["tiers"]["2"]["own_wall_s"] == 0.25 and got["top_kernel"] == "k"
+    plain = answer.read_events(events("workload"), 1.0, step)
+    assert plain["tiers"]["2"]["wall_s"] == 0.25 and "folded" not in plain["tiers"]["2"]
+    failed = [*events("workload")[:-1],
+              {"type": "run_finished", "status": "failed", "error": "boom"}]
+    answer.read_events(failed, 1.0, step)
+    assert not step["ok"] and step["error"] == "run failed: boom"
