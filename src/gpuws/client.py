@@ -14,6 +14,7 @@ from . import protocol
 from .deploy import DeployResult, agent_argv, build_bundle, start_agent
 from .errors import AgentError, ConnectError, ProtocolError
 from .framing import read_event_batches
+from .live.boundary import check_answer
 from .transport.base import RemoteProcess, Transport
 
 T = TypeVar("T")
@@ -145,7 +146,7 @@ class AgentClient:
 
     async def probe(self) -> protocol.Probe:
         ev = await self.request(protocol.ProbeReq(req=self.next_req()), timeout=120)
-        return _expect(ev, protocol.ProbeResult).probe
+        return _answer(ev, protocol.ProbeResult).probe
 
     async def start_run(self, spec: protocol.RunSpec,
                         run_id: str | None = None) -> protocol.RunInfo:
@@ -163,7 +164,7 @@ class AgentClient:
 
     async def list_runs(self) -> list[protocol.RunInfo]:
         ev = await self.request(protocol.ListRuns(req=self.next_req()))
-        return _expect(ev, protocol.RunList).runs
+        return _answer(ev, protocol.RunList).runs
 
     async def telemetry(self, interval_s: float) -> None:
         await self.request(protocol.TelemetryReq(req=self.next_req(), interval_s=interval_s))
@@ -171,7 +172,7 @@ class AgentClient:
     async def ncu_plan(self, install: bool = False) -> protocol.NcuPlan:
         ev = await self.request(protocol.NcuPlanReq(req=self.next_req(), install=install),
                                 timeout=None if install else 120)
-        return _expect(ev, protocol.NcuPlan)
+        return _answer(ev, protocol.NcuPlan)
 
     async def nsys_plan(self, install: bool = False) -> protocol.NsysPlan:
         """Which nsys works on the pod, or how one would be installed.
@@ -182,11 +183,11 @@ class AgentClient:
         """
         ev = await self.request(protocol.NsysPlanReq(req=self.next_req(), install=install),
                                 timeout=None if install else 120)
-        return _expect(ev, protocol.NsysPlan)
+        return _answer(ev, protocol.NsysPlan)
 
     async def stat_file(self, path: str) -> protocol.StatResult:
         ev = await self.request(protocol.StatFile(req=self.next_req(), path=path))
-        return _expect(ev, protocol.StatResult)
+        return _answer(ev, protocol.StatResult)
 
     def agent_argv(self) -> list[str]:
         """argv that starts the cached agent on the pod (for side channels)."""
@@ -213,8 +214,19 @@ def _expect(ev: protocol.Events, cls: type[T]) -> T:
     return ev
 
 
+AnswerT = TypeVar("AnswerT", protocol.ProbeResult, protocol.NcuPlan, protocol.NsysPlan,
+                  protocol.StatResult, protocol.RunList)
+
+
+def _answer(ev: protocol.Events, cls: type[AnswerT]) -> AnswerT:
+    """The answer a request asked for, checked at the trust boundary like every event from
+    the pod (``ts`` near now, every string, list and map bounded): here, once, so that no
+    face (the TUI, a headless command, the engine) can show one unchecked."""
+    return check_answer(_expect(ev, cls))
+
+
 def _first_run(ev: protocol.Events) -> protocol.RunInfo:
-    runs = _expect(ev, protocol.RunList).runs
+    runs = _answer(ev, protocol.RunList).runs
     if not runs:
         raise ProtocolError("the agent answered with an empty run list")
     return runs[0]

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from gpuws import protocol
@@ -315,3 +316,45 @@ def test_a_garbage_flood_keeps_memory_flat(capsys: pytest.CaptureFixture[str]) -
     if figures:
         Path(figures).write_text(json.dumps({"flood_lines": lines, "seconds": round(seconds, 1),
                                              "peak_python_mib": round(peak / 2**20, 1)}))
+
+
+def test_every_answer_is_checked_before_any_face_sees_it() -> None:
+    """A request's answer (the probe, a run list, the ncu and nsys plans, a stat) goes past
+    the engine's stream straight to the caller: ``AgentClient`` checks each one at the
+    boundary, so the TUI and every headless command get the same refusal. Before, only the
+    nsys plan was checked, by the two callers that remembered to."""
+    huge = "x" * (300 * 1024)  # over the 256 KiB string bound; each lie decodes as its type
+    probe = dict(msgspec.to_builtins(PROBE), kernel=huge)
+    lies: dict[str, dict[str, Any]] = {
+        "probe": {"type": "probe_result", "probe": probe},
+        "ncu_plan": {"type": "ncu_plan", "driver": None, "cuda_driver": None, "arch": None,
+                     "choices": [], "selected": None, "selected_version": None,
+                     "reason": huge},
+        "nsys_plan": {"type": "nsys_plan", "installs": [], "ts": 1e300},
+        "list_runs": {"type": "run_list", "runs": [
+            {"run_id": OLD_RUN, "workload": huge, "status": "running", "started": NOW,
+             "last_seq": -1}]},
+        "stat_file": {"type": "stat_result", "path": "/x", "size": 1, "sha256": "0" * 64,
+                      "ts": 0.0},
+    }
+
+    def script(agent: LyingAgent, req: dict[str, Any]) -> None:
+        agent.send({"ts": NOW, **lies[req["type"]], "req": req["req"]})
+
+    async def go() -> list[str]:
+        hello = protocol.Hello(agent_version="0", agent_sha256="0" * 64, protocol_version=1)
+        client = AgentClient(_NoTransport(), LyingAgent(script),
+                             DeployResult("0" * 64, 0, "cached", 0, 0.0, hello), b"", "py")
+        refused = []
+        for call in (client.probe, client.ncu_plan, client.nsys_plan, client.list_runs,
+                     lambda: client.stat_file("/x")):
+            with pytest.raises(ProtocolError, match="the pod's answer was refused") as info:
+                await asyncio.wait_for(call(), 10)  # refused at once, never a timeout
+            refused.append(str(info.value))
+        await client.close()
+        return refused
+
+    refused = asyncio.run(go())
+    assert len(refused) == 5
+    assert sum("a string of 307200 characters" in r for r in refused) == 3
+    assert sum("is not a time near now" in r for r in refused) == 2

@@ -16,7 +16,6 @@ from .. import protocol
 from ..client import AgentClient
 from ..errors import GpuwsError, UsageError
 from ..gpu import gpus
-from ..live.boundary import check_answer
 from ..protocol import Gpu, NsysPlan, Probe
 from ..text import humanfmt
 from ..text.textsafe import text as safe
@@ -37,7 +36,7 @@ async def doctor(args: argparse.Namespace) -> int:
         probe = await client.probe()
         report = doctor_report(args.host, client, probe, time.monotonic() - t0)
         t1 = time.monotonic()
-        plan = check_answer(await client.nsys_plan())
+        plan = await client.nsys_plan()
         report["nsys"]["plan"] = msgspec.to_builtins(plan)
         report["timings"]["nsys_plan_s"] = time.monotonic() - t1
         if not args.json:
@@ -230,7 +229,7 @@ async def install_nsys(client: AgentClient, plan: NsysPlan, *, yes: bool,
 
     client.add_listener(show_step)
     try:
-        after = check_answer(await client.nsys_plan(install=True))
+        after = await client.nsys_plan(install=True)
     finally:
         client.remove_listener(show_step)
     out.print(Text.assemble(("installed", "green bold"), " ", nsys_plan_text(after)))

@@ -306,8 +306,8 @@ def check_answer(ev: AnswerT) -> AnswerT:
     ``ts`` sane, strings, lists and maps bounded.
 
     Answers go straight to the request that asked (``AgentClient.request``), past the
-    engine's stream; a command that shows one (``gpuws doctor``'s nsys plan) checks it
-    here first.
+    engine's stream; ``AgentClient`` puts each one through here before handing it on
+    (probe, run lists, the ncu and nsys plans, stat), so every face gets them checked.
 
     Raises:
         ProtocolError: the answer was refused; the message says why.

@@ -16,7 +16,6 @@ from textual.screen import Screen
 
 from .. import protocol
 from ..errors import GpuwsError, StoreError
-from ..live.boundary import check_answer
 from ..live.link import Link, Target
 from ..live.replay import play, read_file, read_session
 from ..locations import ensure_private_dir
@@ -63,7 +62,7 @@ async def after_connect(app: GpuwsApp, link: Link) -> None:
     """Start 1 Hz telemetry and ask which ncu fits and which nsys works."""
     await link.client.telemetry(1.0)
     app.post_message(NcuPlanReady(await link.client.ncu_plan()))
-    app.post_message(NsysPlanReady(check_answer(await link.client.nsys_plan())))
+    app.post_message(NsysPlanReady(await link.client.nsys_plan()))
 
 
 async def disconnect(app: GpuwsApp) -> None:
@@ -94,7 +93,7 @@ async def install_nsys(app: GpuwsApp) -> None:
     """Run the confirmed nsys install plan and verify it (its steps stream as agent logs)."""
     link = _link(app)
     app.notify("installing nsys on the pod… (the steps show in the Agent pane)", timeout=8)
-    plan = check_answer(await link.client.nsys_plan(install=True))
+    plan = await link.client.nsys_plan(install=True)
     app.post_message(NsysPlanReady(plan))
     if plan.selected:
         app.notify(visible(f"nsys {plan.selected_version} is ready: "
