@@ -15,7 +15,10 @@ a rotating order so a noisy neighbour hurts every method alike:
 - ``gpuws read_file + sha256``: the transport alone, streamed into a file and hashed as
   it arrives (what scp does, plus the hash);
 - ``scp`` (OpenSSH >= 9 speaks SFTP underneath), ``scp -O`` (the old scp protocol), and on
-  the server without SFTP ``scp -O`` and ``ssh pod cat FILE > copy``.
+  the server without SFTP ``scp -O`` and ``ssh pod cat FILE > copy``;
+- ``ssh pod cat FILE | tee COPY | openssl dgst -sha256``: OpenSSH and OpenSSL hashing the
+  bytes as they arrive, no Python anywhere: what ``gpuws pull`` promises (a copy verified
+  as it lands), done with C tools; scp itself hashes nothing.
 
 ``pull_one`` and ``read_file`` pull over a connection that is already open (as after a
 run); scp's wall time includes its own handshake, so ``ssh pod true`` is measured too and
@@ -38,6 +41,8 @@ import asyncio
 import hashlib
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -159,6 +164,23 @@ def timed(argv: list[str], dest: Path, size: int, *, stdout: bool = False) -> fl
     return elapsed
 
 
+def timed_hashing_pipeline(pod: Pod, remote: str, dest: Path, sha: str) -> float:
+    """OpenSSH's own client and OpenSSL hashing the bytes as they arrive, with no Python
+    anywhere: ``ssh pod cat FILE | tee COPY | openssl dgst -sha256``, wall seconds. The
+    fastest way to do what ``gpuws pull`` promises (a copy verified as it lands) with the
+    tools a person has; scp alone does not hash."""
+    line = (f"{shlex.join(pod.ssh('cat', remote))} | tee {shlex.quote(str(dest))} | "
+            "openssl dgst -sha256 -r")
+    t0 = time.perf_counter()
+    out = subprocess.run(["sh", "-c", line], check=True, stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True).stdout
+    elapsed = time.perf_counter() - t0
+    if out.split()[0] != sha:
+        raise SystemExit("the ssh | tee | openssl pipeline hashed different bytes")
+    dest.unlink()
+    return elapsed
+
+
 def handshake(pod: Pod, n: int = 5) -> float:
     times = []
     for _ in range(n):
@@ -201,6 +223,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         add("sftp: scp", lambda: timed(sftp_pod.scp_from(a.remote, str(dest)), dest, size))
         add("sftp: scp -O", lambda: timed(sftp_pod.scp_from(a.remote, str(dest), "-O"), dest,
                                           size))
+        if shutil.which("openssl"):
+            add("sftp: ssh cat | tee | openssl sha256",
+                lambda: timed_hashing_pipeline(sftp_pod, a.remote, dest, sha))
         add("exec: gpuws pull (process)", b.process)
         methods["exec: gpuws pull_one"] = b.pull_one
         methods["exec: gpuws read_file + sha256"] = lambda: b.read_file(dest)
@@ -248,6 +273,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "exec read_file+sha256 / sftp read_file+sha256": ratio(
             "exec: gpuws read_file + sha256", "sftp: gpuws read_file + sha256"),
     }
+    if "sftp: ssh cat | tee | openssl sha256" in med:
+        # What hashing as the bytes arrive costs even in C: the floor under the goal.
+        ratios["ssh | tee | openssl process / scp process"] = ratio(
+            "sftp: ssh cat | tee | openssl sha256", "sftp: scp")
+        ratios["gpuws pull process / ssh | tee | openssl process"] = ratio(
+            "sftp: gpuws pull (process)", "sftp: ssh cat | tee | openssl sha256")
     return {"machine": machine(), "rtt_ms": args.rtt_ms, "bytes": size, "reps": args.reps,
             "median_s": med, "mb_per_s": {k: size / v / MB for k, v in med.items()},
             "all_s": times, "handshake_s": shakes, "ratios": ratios,
