@@ -40,7 +40,8 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (RunError.exit_code, "the run failed (everything it recorded is stored)"),
     (StoreError.exit_code, "the session store cannot be opened, read or written"),
     (TransferError.exit_code, "an artifact could not be pulled or failed its sha256"),
-    (10, "run --fail-if-slower: slower than the baseline beyond noise and the limit"),
+    (10, "run --fail-if-slower: slower than the baseline beyond noise and the limit, or "
+         "not comparable with it (another GPU model, another timing mode)"),
     (11, "ncu: no Nsight Compute on the pod fits its driver and GPU"),
     (12, "run POD POD ...: one or more pods of the fleet gave no result (each named on "
          "stderr: cause — remedy); the others' results are kept"),

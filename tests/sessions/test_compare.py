@@ -234,3 +234,30 @@ def test_no_empty_table_when_tier1_is_missing(runs: Store) -> None:
                            "Tier 1 not compared: no Tier-1 samples in run t3only\n")
     assert "samples" not in text.split("\n", 2)[2]  # no header-only Tier-1 table
     assert "246.5 µs" in text  # metrics formatted for people, not 246528
+
+
+def test_the_gate_refuses_a_baseline_from_another_gpu_model() -> None:
+    """A slowdown or speedup between two models says nothing about the code: the gate
+    refuses (failing, as for runs timed in different modes) and says what to pass. Same
+    model on another driver or clock: still gated, with the difference named."""
+    rng = random.Random(7)
+    a = [rng.gauss(1.0, 0.01) for _ in range(60)]
+    t = cmp.compare_samples(a, [x * 0.7 for x in a], label_a="a", label_b="b")  # B faster
+    other = Comparison(run_a="a", run_b="b", workload_a="w", workload_b="w", tier1=t,
+                       tier1_missing="", kernels=[],
+                       gpu_a=cmp.RunGpu(name="NVIDIA H100 80GB HBM3", driver="580.1"),
+                       gpu_b=cmp.RunGpu(name="NVIDIA H200", driver="580.1"),
+                       differences=["different GPUs: A NVIDIA H100 80GB HBM3 vs B NVIDIA H200"])
+    failed, message = regression_gate(other, 5.0)
+    assert failed and "cannot gate b against a" in message
+    assert "different GPUs (A NVIDIA H100 80GB HBM3, B NVIDIA H200)" in message
+    assert "--baseline a run on the same GPU model" in message
+    same = msgspec.structs.replace(
+        other, gpu_a=cmp.RunGpu(name="NVIDIA H200", driver="570.1"),
+        differences=["different drivers: A 570.1 vs B 580.1"])
+    failed, message = regression_gate(same, 5.0)
+    assert not failed and message.startswith("ok: ")
+    assert message.endswith("; different drivers: A 570.1 vs B 580.1")
+    # No model known on one side (runs recorded before the GPU was kept): gated as before.
+    unknown = msgspec.structs.replace(other, gpu_a=cmp.RunGpu(), differences=[])
+    assert not regression_gate(unknown, 5.0)[0]

@@ -381,16 +381,26 @@ def regression_gate(comparison: Comparison, fail_if_slower_pct: float) -> tuple[
     if comparison.tier1_caution:
         return True, f"cannot gate {comparison.run_b} against {comparison.run_a}: " + \
             comparison.tier1_caution
+    a, b = comparison.gpu_a.name, comparison.gpu_b.name
+    if a and b and a != b:
+        # Another model's time says nothing about a regression in the code: an H100
+        # baseline would pass any slowdown on an H200 and fail any speedup on an A100.
+        return True, (f"cannot gate {comparison.run_b} against {comparison.run_a}: they ran "
+                      f"on different GPUs (A {visible(a, 80)}, B {visible(b, 80)}); give "
+                      "--baseline a run on the same GPU model")
     limit = 1.0 / (1.0 + fail_if_slower_pct / 100.0)
     slower = (1.0 / c.speedup - 1.0) * 100.0
     band = f"{(1.0 / c.ci_high - 1.0) * 100.0:+.1f}% to {(1.0 / c.ci_low - 1.0) * 100.0:+.1f}%"
     detail = (f"{comparison.run_b} vs {comparison.run_a}: time {slower:+.1f}% "
               f"(95% CI {band}), limit +{fail_if_slower_pct:g}%")
+    # Same model, other driver or clocks: still a gate, with the difference named, since
+    # a driver or a throttled clock can be the regression itself.
+    also = "".join(f"; {visible(d, 200)}" for d in comparison.differences)
     if c.ci_high < limit:
-        return True, f"regression: {detail}; slower beyond noise and the limit"
+        return True, f"regression: {detail}; slower beyond noise and the limit{also}"
     if c.within_noise:
-        return False, f"ok: {detail}; within noise"
-    return False, f"ok: {detail}"
+        return False, f"ok: {detail}; within noise{also}"
+    return False, f"ok: {detail}{also}"
 
 
 def render_comparison(c: Comparison, console: Console) -> None:
