@@ -189,3 +189,23 @@ def test_export_of_a_100k_event_session_is_fast(store: Store, recorded: ModuleTy
     assert "### Compared with baseline `a`" in md
     assert "| 49981 |" in md
     assert elapsed < 1.0, f"export took {elapsed:.2f} s"
+
+
+def test_the_environment_names_the_workloads_python_and_the_agents(
+        recorded: ModuleType) -> None:
+    """Where the agent chose another interpreter for the workloads (the login python3 has
+    neither CuPy nor torch), the export says which ran them, and why, beside the agent's."""
+    import msgspec
+
+    from gpuws import protocol
+
+    probe = msgspec.convert(recorded.probe(), protocol.Probe)
+    assert export_mod._environment(probe).count("| Python | 3.12.3 (`/usr/bin/python3.12`) |") == 1
+    chosen = msgspec.structs.replace(probe, python_choice=protocol.PythonChoice(
+        path="/opt/torch/.venv/bin/python3", version="3.12.3", how="found",
+        reason="python3 on the login PATH lacks CuPy and torch; this one has both"))
+    text = "\n".join(export_mod._environment(chosen))
+    assert ("| Python (workloads) | 3.12.3 (`/opt/torch/.venv/bin/python3`): found, python3 "
+            "on the login PATH lacks CuPy and torch; this one has both |") in text
+    assert "| Python (agent) | 3.12.3 (`/usr/bin/python3.12`) |" in text
+    assert "| Python |" not in text
