@@ -169,3 +169,18 @@ def test_saxpy_tier1_runs_through_it(pod: Path, capsys: pytest.CaptureFixture[st
     assert code == 0, FIGURES["saxpy_tier1"]["problems"]
     assert started and started[0]["argv"][0] == EXPECTED
     assert result and result[0]["stats"]["median_ms"] > 0
+
+
+def test_a_shell_cmd_reaches_the_torch_python_by_path(
+        pod: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``cmd:python3 … | cat`` needs a shell, so the argv is not rewritten: the chosen
+    environment's bin first on PATH is what makes its ``python3`` the torch one."""
+    prog = "import sys, torch; print('PYTHON', sys.executable, torch.cuda.is_available())"
+    code = main(["run", "pod", "-F", str(pod), "-w", f"cmd:python3 -c \"{prog}\" | cat",
+                 "--tiers", "1", "--json", "--no-pull"])
+    out = capsys.readouterr().out
+    events = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    lines = [e["text"] for e in events if e["type"] == "output" and "PYTHON" in e["text"]]
+    FIGURES["shell_cmd"] = {"exit": code, "lines": lines}
+    assert code == 0, [e for e in events if e["type"] in ("diagnosis", "run_finished")]
+    assert lines == [f"PYTHON {EXPECTED} True"], lines

@@ -120,3 +120,44 @@ def test_tier2_takes_torch_profiler_when_the_chosen_python_has_torch(ctx: RunCon
                        torch_argv=["/bin/false"]) is None
     finished = [e for e in events(ctx) if isinstance(e, protocol.TierFinished)]
     assert "torch.profiler: torch is not installed" in finished[-1].reason
+
+
+def test_a_cmd_finds_the_chosen_python_through_a_shell_or_a_script(
+        ctx: RunContext, venv_python: str, tmp_path: Path) -> None:
+    """``cmd:python3 a.py | tee log`` runs under a shell, and ``bash run.sh`` or
+    ``torchrun`` reach Python by PATH: the chosen environment's bin comes first on it, as
+    activating that venv would, unless the person set PATH themselves."""
+    bindir = str(Path(venv_python).parent)
+    ctx.python_choice = {"path": venv_python, "how": "found"}
+    ctx.env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    argv = tiers.command_argv(ctx, "python3 -c 'import sys; print(sys.prefix)' | cat")
+    assert ctx.env["PATH"] == f"{bindir}:/usr/local/bin:/usr/bin:/bin"
+    out = subprocess.run(argv, env=ctx.env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(Path(venv_python).parent.parent)  # the venv ran it
+    tiers.command_argv(ctx, "python3 x.py")
+    assert ctx.env["PATH"].split(":").count(bindir) == 1  # not stacked on every call
+    # Login choice, or a PATH the person set: left alone.
+    ctx.env["PATH"] = "/usr/bin:/bin"
+    ctx.python_choice = {"path": venv_python, "how": "login"}
+    tiers.command_argv(ctx, "python3 x.py | cat")
+    assert ctx.env["PATH"] == "/usr/bin:/bin"
+    ctx.python_choice = {"path": venv_python, "how": "found"}
+    tiers.command_argv(ctx, "PATH=/opt/x:/usr/bin python3 x.py")
+    assert not ctx.env["PATH"].startswith(bindir)
+
+
+def test_a_chosen_system_interpreter_does_not_reorder_path(tmp_path: Path) -> None:
+    """A chosen ``/usr/bin/python3.11`` must not put /usr/bin first: its ``python3`` is
+    another interpreter."""
+    from gpuws.remote_agent.pod import pythons
+
+    d = tmp_path / "bin"
+    d.mkdir()
+    (d / "python3.11").write_text("#!/bin/sh\n")
+    (d / "python3").write_text("#!/bin/sh\n")  # another file: not the chosen one
+    path = "/usr/local/bin:/bin"
+    assert pythons.path_for(path, {"path": str(d / "python3.11"), "how": "found"}) == path
+    (d / "python3").unlink()
+    (d / "python3").symlink_to(d / "python3.11")  # the same interpreter under python3
+    assert pythons.path_for(path, {"path": str(d / "python3.11"), "how": "found"}) == \
+        f"{d}:{path}"

@@ -176,6 +176,10 @@ def command_argv(ctx: "RunContext", command: str) -> List[str]:
 
     plan = plan_command(command)
     ctx.env.update(plan.env)
+    if "PATH" not in plan.env and "PATH" not in (ctx.spec.get("env") or {}):
+        # A PATH the person gave (in the command or with --env) is theirs to keep.
+        ctx.env["PATH"] = pythons.path_for(ctx.env.get("PATH", os.defpath),
+                                           ctx.python_choice)
     if plan.how == "exec":
         plan.argv = pythons.command_argv(plan.argv, ctx.python_choice)
         found = shutil.which(plan.argv[0], path=ctx.env.get("PATH", os.defpath))

@@ -598,6 +598,31 @@ def command_argv(argv: List[str], choice: Optional[Mapping[str, Any]]) -> List[s
     return list(argv)
 
 
+def path_for(path: str, choice: Optional[Mapping[str, Any]]) -> str:
+    """``PATH`` with the workloads' interpreter's directory first, as activating its
+    environment would: a ``cmd:`` that reaches Python through a shell (``python3 a.py |
+    tee log``), a script (``bash run.sh``) or a launcher (``torchrun``) then finds the
+    interpreter that has CuPy and torch, and that environment's own tools.
+
+    Only for a ``found``/``--python`` choice whose directory's ``python3`` is that very
+    interpreter (a venv's or conda's ``bin``): putting ``/usr/bin`` first for a chosen
+    ``/usr/bin/python3.11`` would hand out ``/usr/bin/python3`` instead.
+    """
+    chosen = str((choice or {}).get("path") or "")
+    if (choice or {}).get("how") not in ("found", "--python") or not chosen:
+        return path
+    where = os.path.dirname(os.path.abspath(chosen))
+    python3 = os.path.join(where, "python3")
+    try:
+        same = os.path.abspath(chosen) == python3 or os.path.samefile(python3, chosen)
+    except OSError:
+        same = False
+    parts = path.split(os.pathsep) if path else []
+    if not same or (parts and parts[0] == where):
+        return path
+    return os.pathsep.join([where, *[d for d in parts if d != where]])
+
+
 def pip_install_argv(python: str, package: str) -> List[str]:
     """``pip install`` into ``python``: ``--user`` outside a venv, none inside one (pip
     refuses ``--user`` in a venv, whose site-packages are the user's already)."""
