@@ -262,30 +262,31 @@ def test_a_python_command_without_torch_still_gets_the_other_paths(
 
 
 class NcuPod(NoToolsPod):
-    """A pod with an ncu that fits (a stand-in script: there is no GPU here) and counters
-    allowed, or blocked."""
+    """A pod with an ncu that fits (a stand-in script: there is no GPU here), counters
+    allowed or blocked, and torch installed in the workloads' Python or not."""
 
-    def __init__(self, ncu: str, verdict: str = "allowed") -> None:
+    def __init__(self, ncu: str, verdict: str = "allowed", torch: bool = True) -> None:
         super().__init__()
         self.ncu = ncu
+        self.torch = torch
         self.counters = {"verdict": verdict}
 
     def has_package(self, name: str) -> bool:
-        return name == "torch"
+        return name == "torch" and self.torch
 
     def select_ncu(self, exclude: list[str]) -> dict[str, Any]:
         return {"selected": self.ncu, "reason": "test"}
 
 
-def test_tier2_of_a_python_workload_takes_the_ncu_pass_before_torch_profiler(
+def test_tier2_of_a_python_workload_takes_torch_profiler_then_the_ncu_pass(
         tmp_path: Path, fake_torch: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pass starts only the workload's process; the torchprof child would import torch
-    and start CUPTI too (9.2 s against 3.0 s for saxpy on the H200). Where counters are
-    blocked, torch.profiler is the path. The ncu here prints real ncu 2025.3.1 output."""
+    """torch.profiler first (the table with the idle and memcpy shares), the ncu pass for
+    what nothing else can time: here, a pod whose workloads' Python has no torch. The
+    pass's ncu prints real ncu 2025.3.1 output, its CSV to ``--log-file`` and the
+    workload's lines to stdout, which Tier 2 shows."""
     monkeypatch.setenv("GPUWS_POD_CACHE", str(tmp_path / "cache"))
     raw = Path(__file__).parents[2] / "fixtures" / "ncu-2025.3.1-h200" / "saxpy_raw.csv"
     ncu = tmp_path / "ncu"
-    # As ncu does with --log-file: its CSV page to that file, the workload's lines to stdout.
     ncu.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'ncu-args'}\n"
                    'for a in "$@"; do [ "$prev" = --log-file ] && log="$a"; prev="$a"; done\n'
                    f'cat {raw} > "$log"\necho "the workload\'s own line"\n')
@@ -303,21 +304,22 @@ def test_tier2_of_a_python_workload_takes_the_ncu_pass_before_torch_profiler(
                  "start_profiler(torch, os.environ['GPUWS_TORCH_TRACE_DIR'])\n"]
     rows = tiers.tier2(ctx, NcuPod(str(ncu)), ["workload"], python=True,  # type: ignore[arg-type]
                        torch_argv=torchprof)
+    assert rows is not None and [r["name"] for r in rows] == ["A", "B"]
+    table = next(e for e in got if e["type"] == "kernel_table")
+    assert table["source"] == "torch.profiler" and table["gpu_idle_pct"] is not None
+    assert not (tmp_path / "ncu-args").exists()  # the pass never ran
+    # No torch for the workloads: the ncu pass.
+    got.clear()
+    rows = tiers.tier2(ctx, NcuPod(str(ncu), torch=False), ["workload"],  # type: ignore[arg-type]
+                       python=True, torch_argv=torchprof)
     assert rows is not None and [r["name"] for r in rows] == ["saxpy"]
     assert rows[0]["total_ns"] == 246528.0
     started = [e for e in got if e["type"] == "tier_started"]
-    assert len(started) == 1 and started[0]["argv"][0] == str(ncu)  # torch never started
+    assert len(started) == 1 and started[0]["argv"][0] == str(ncu)
     assert "--profile-from-start off" in (tmp_path / "ncu-args").read_text()
     assert [(e["tier"], e["text"]) for e in got if e["type"] == "output"] == [
         (2, "the workload's own line")]
     table = next(e for e in got if e["type"] == "kernel_table")
     assert table["source"] == "ncu gpu__time_duration" and table.get("gpu_idle_pct") is None
-    # Counters blocked: no ncu pass; torch.profiler gives the table and the shares.
-    got.clear()
-    rows = tiers.tier2(ctx, NcuPod(str(ncu), "blocked"), ["workload"],  # type: ignore[arg-type]
-                       python=True, torch_argv=torchprof)
-    assert rows is not None and [r["name"] for r in rows] == ["A", "B"]
-    table = next(e for e in got if e["type"] == "kernel_table")
-    assert table["source"] == "torch.profiler" and table["gpu_idle_pct"] is not None
     fin = next(e for e in got if e["type"] == "tier_finished")
-    assert "ncu: counters are blocked" in fin["reason"]
+    assert "torch.profiler: torch is not installed" in fin["reason"]

@@ -317,21 +317,17 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
           recorded: Optional[str] = None) -> Optional[List[Dict[str, Any]]]:
     """Which kernels matter: returns the ranked kernel rows (or None).
 
-    nsys first when a working one exists. Then, for a ``builtin:`` or ``file:`` workload
-    (``python``): one ncu pass of ``gpu__time_duration.sum``, else the ``torchprof``
-    child under torch.profiler. For a ``cmd:``: torch.profiler injected at interpreter
-    start when it starts Python (``inject``; ``recorded``: the directory where the
-    workload's own run already left its profiles, so nothing runs again), else the ncu
-    pass. Each path that runs a command announces it with its own ``tier_started``
-    (argv included), so the export lists every command Tier 2 really ran.
+    In order: nsys when a working one exists; else torch.profiler, with the GPU idle and
+    memcpy shares (the ``torchprof`` child for a ``builtin:``/``file:`` workload; for a
+    ``cmd:`` that starts Python (``inject``), injected at interpreter start, where
+    ``recorded`` is the directory the command's own run already left its profiles in, so
+    nothing runs again); else one ncu pass of ``gpu__time_duration.sum``, for what nothing
+    else can time. Each path that runs a command announces it with its own
+    ``tier_started`` (argv included), so the export lists every command Tier 2 really ran.
 
-    Why the order differs: a Python workload's ncu pass starts only the workload's own
-    process (CuPy), where the ``torchprof`` child also imports torch and starts CUPTI
-    (torch.profiler's start alone took 4.1–5.2 s on the H200): saxpy's Tier 2 took 9.2 s
-    that way against 3.0 s for the pass. The pass gives no idle or memcpy share, so
-    torch.profiler stays the path where counters are blocked. A ``cmd:`` script runs
-    many kernels, each of which ncu stops to time, and its injected profiler rides the
-    run it needed anyway.
+    The torchprof child costs a torch import and CUPTI's start (4.1–5.2 s for
+    ``profile().start()`` on one H200 host; saxpy's Tier 2 took 9.2 s there against 3.0 s
+    for an ncu pass): the shares are what that buys.
     """
     t0 = time.time()
     tried: List[str] = []
@@ -344,30 +340,24 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
             return finish_tier2(ctx, t0, found[0], "nsys", tried, found[1])
     else:
         tried.append("nsys: not installed on the pod")
-    if python:
-        passed, rows = tier2_ncu_if_fits(ctx, pod, target, python, tried)
-        ran = ran or passed
-        if rows is not None:
-            return finish_tier2(ctx, t0, rows, "ncu gpu__time_duration", tried)
-        if torch_argv and pod.has_package("torch") and not procs.CANCELLED["flag"]:
-            ran = True
-            found = tier2_torch(ctx, torch_argv, False, tried)
-            if found is not None:
-                return finish_tier2(ctx, t0, found[0], "torch.profiler", tried, found[1])
-        else:
-            tried.append("torch.profiler: torch is not installed")
-    else:
-        if inject and not procs.CANCELLED["flag"]:
-            ran = True
-            found = tier2_recorded(ctx, recorded, tried) if recorded is not None \
-                else tier2_torch(ctx, target, True, tried)
-            if found is not None:
-                return finish_tier2(ctx, t0, found[0], "torch.profiler (injected)", tried,
-                                    found[1])
-        passed, rows = tier2_ncu_if_fits(ctx, pod, target, python, tried)
-        ran = ran or passed
-        if rows is not None:
-            return finish_tier2(ctx, t0, rows, "ncu gpu__time_duration", tried)
+    if python and torch_argv and pod.has_package("torch"):
+        ran = True
+        found = tier2_torch(ctx, torch_argv, False, tried)
+        if found is not None:
+            return finish_tier2(ctx, t0, found[0], "torch.profiler", tried, found[1])
+    elif python:
+        tried.append("torch.profiler: torch is not installed")
+    elif inject and not procs.CANCELLED["flag"]:
+        ran = True
+        found = tier2_recorded(ctx, recorded, tried) if recorded is not None \
+            else tier2_torch(ctx, target, True, tried)
+        if found is not None:
+            return finish_tier2(ctx, t0, found[0], "torch.profiler (injected)", tried,
+                                found[1])
+    passed, rows = tier2_ncu_if_fits(ctx, pod, target, python, tried)
+    ran = ran or passed
+    if rows is not None:
+        return finish_tier2(ctx, t0, rows, "ncu gpu__time_duration", tried)
     if not ran:
         ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline"))
     ctx.emit(wire.make("diagnosis", code="no_timeline", severity="warning",
