@@ -14,7 +14,7 @@ from . import protocol
 from .deploy import DeployResult, agent_argv, build_bundle, start_agent
 from .errors import AgentError, ConnectError, ProtocolError
 from .framing import read_event_batches
-from .live.boundary import check_answer
+from .live.boundary import AnswerT, check_answer
 from .transport.base import RemoteProcess, Transport
 
 T = TypeVar("T")
@@ -212,10 +212,6 @@ def _expect(ev: protocol.Events, cls: type[T]) -> T:
     if not isinstance(ev, cls):
         raise ProtocolError(f"expected {cls.__name__}, got {type(ev).__name__}")
     return ev
-
-
-AnswerT = TypeVar("AnswerT", protocol.ProbeResult, protocol.NcuPlan, protocol.NsysPlan,
-                  protocol.StatResult, protocol.RunList)
 
 
 def _answer(ev: protocol.Events, cls: type[AnswerT]) -> AnswerT:

@@ -155,6 +155,7 @@ def _environment(probe: protocol.Probe | None) -> list[str]:
     rows.append(["CUDA toolkit", _tools(probe.toolkits, "none found")])
     rows.append(["Nsight Compute", _tools(probe.ncu, "none found")])
     rows.append(["Nsight Systems", _tools(probe.nsys, "none found")])
+    agent = f"{_esc(probe.python_version)} ({_code(probe.python_path)})"
     choice = probe.python_choice
     if choice is not None and choice.path != probe.python_path:
         # The workloads ran under the interpreter the agent chose (the one with CuPy or
@@ -163,10 +164,9 @@ def _environment(probe: protocol.Probe | None) -> list[str]:
         rows.append(["Python (workloads)",
                      f"{version}({_code(choice.path)}): {_esc(choice.how)}, "
                      f"{_esc(choice.reason)}"])
-        rows.append(["Python (agent)",
-                     f"{_esc(probe.python_version)} ({_code(probe.python_path)})"])
+        rows.append(["Python (agent)", agent])
     else:
-        rows.append(["Python", f"{_esc(probe.python_version)} ({_code(probe.python_path)})"])
+        rows.append(["Python", agent])
     for label, pattern in (("CuPy", r"cupy"), ("torch", r"torch")):
         pkgs = [p for p in probe.python_packages if re.fullmatch(pattern + r"(-cuda\w+)?", p.name)]
         rows.append([label, "; ".join(_package(p) for p in pkgs) if pkgs else "not installed"])

@@ -354,10 +354,16 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
         if found is not None:
             return finish_tier2(ctx, t0, found[0], "torch.profiler (injected)", tried,
                                 found[1])
-    passed, rows = tier2_ncu_if_fits(ctx, pod, target, python, tried)
-    ran = ran or passed
-    if rows is not None:
-        return finish_tier2(ctx, t0, rows, "ncu gpu__time_duration", tried)
+    if not procs.CANCELLED["flag"]:
+        sel = pod.select_ncu([])
+        if sel.get("selected") and pod.counters.get("verdict") != "blocked":
+            ran = True
+            rows = tier2_ncu(ctx, str(sel["selected"]), target, python, tried)
+            if rows is not None:
+                return finish_tier2(ctx, t0, rows, "ncu gpu__time_duration", tried)
+        else:
+            tried.append("ncu: " + ("counters are blocked" if sel.get("selected")
+                                    else "no compatible ncu"))
     if not ran:
         ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline"))
     ctx.emit(wire.make("diagnosis", code="no_timeline", severity="warning",
@@ -367,20 +373,6 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
     ctx.emit(wire.make("tier_finished", tier=2, status="failed", wall_s=time.time() - t0,
                        reason="; ".join(tried)))
     return None
-
-
-def tier2_ncu_if_fits(ctx: "RunContext", pod: Pod, target: List[str], python: bool,
-                      tried: List[str]) -> Tuple[bool, Optional[List[Dict[str, Any]]]]:
-    """The ncu pass, when an ncu fits the pod and counters are not blocked: whether it
-    ran (and so announced the tier), and its rows or None (``tried`` says why)."""
-    if procs.CANCELLED["flag"]:
-        return False, None
-    sel = pod.select_ncu([])
-    if not sel.get("selected") or pod.counters.get("verdict") == "blocked":
-        tried.append("ncu: " + ("counters are blocked" if sel.get("selected")
-                                else "no compatible ncu"))
-        return False, None
-    return True, tier2_ncu(ctx, str(sel["selected"]), target, python, tried)
 
 
 def finish_tier2(ctx: "RunContext", t0: float, rows: List[Dict[str, Any]], source: str,

@@ -608,8 +608,9 @@ def path_for(path: str, choice: Optional[Mapping[str, Any]]) -> str:
     interpreter (a venv's or conda's ``bin``): putting ``/usr/bin`` first for a chosen
     ``/usr/bin/python3.11`` would hand out ``/usr/bin/python3`` instead.
     """
-    chosen = str((choice or {}).get("path") or "")
-    if (choice or {}).get("how") not in ("found", "--python") or not chosen:
+    choice = choice or {}
+    chosen = str(choice.get("path") or "")
+    if choice.get("how") not in ("found", "--python") or not chosen:
         return path
     where = os.path.dirname(os.path.abspath(chosen))
     python3 = os.path.join(where, "python3")
