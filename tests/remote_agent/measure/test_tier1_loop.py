@@ -54,6 +54,8 @@ class FakeGpu:
         self._open: tuple[int, float] | None = None
         self._pairs: list[tuple[int, float]] = []  # (calls, hold before them)
         self.holds: list[float] = []
+        self._gated = False  # a gate is enqueued and not yet opened
+        self._gated_pairs: set[int] = set()  # indexes of pairs behind an opened gate
 
     # the workload
     def run(self) -> None:
@@ -76,15 +78,17 @@ class FakeGpu:
 
     def elapsed_ms(self) -> list[float]:
         out = []
-        for calls, held in self._pairs:
+        for i, (calls, held) in enumerate(self._pairs):
             gpu = calls * self.call_ms
-            # Not queued behind a long enough hold, the GPU waits for each launch.
-            if held < calls * self.launch_ms:
+            # Not queued behind a long enough hold, the GPU waits for each launch; behind
+            # a gate the host opened after the stop event, it never does.
+            if held < calls * self.launch_ms and i not in self._gated_pairs:
                 gpu = max(gpu, calls * self.launch_ms)
             gpu *= 1.0 + self.noise * self.rng.random()
             out.append(gpu)
             self.now += (gpu + held) / 1000.0
         self._pairs = []
+        self._gated_pairs = set()
         return out
 
     # cold flush and hold
@@ -95,6 +99,19 @@ class FakeGpu:
         self.ops.append("hold")
         self.holds.append(ms)
         self._held_ms = ms
+
+    # GateLike: a hold the host ends once the sample is enqueued
+    def close(self, ms: float) -> None:
+        self.ops.append("gate")
+        self.holds.append(ms)
+        self._held_ms = ms
+        self._gated = True
+
+    def open(self) -> None:
+        self.ops.append("open")
+        if self._gated and self._pairs:
+            self._gated_pairs.add(len(self._pairs) - 1)
+        self._gated = False
 
     def clock(self) -> float:
         return self.now
@@ -344,3 +361,39 @@ def test_datasheet_rows() -> None:
 
 def test_thresholds_are_what_the_docs_say() -> None:
     assert BATCH_BELOW_MS == 0.010 and ROUND_MAX_SAMPLES == 256
+
+
+def test_a_gate_keeps_a_launcher_slower_than_the_hold_out_of_cold_samples() -> None:
+    """A Python launcher that takes longer than the 1 ms cold hold to launch one call
+    (a loaded host, a launcher doing work per call) is timed at its own pace behind a
+    timed hold, and at the GPU's behind a gate that waits for the host."""
+    slow = FakeGpu(call_ms=0.09, launch_ms=2.0)
+    held, _ = _loop(slow, mode="cold", flush=slow.flush, hold=slow.hold, min_samples=20)
+    assert min(held.samples_ms) >= 2.0  # the launch leaked into every sample
+    gated_gpu = FakeGpu(call_ms=0.09, launch_ms=2.0)
+    gated, _ = _loop(gated_gpu, mode="cold", flush=gated_gpu.flush, gate=gated_gpu,
+                     min_samples=20)
+    assert gated.samples_ms and all(math.isclose(v, 0.09) for v in gated.samples_ms)
+    assert gated.mode == "cold" and gated.gap_ms == COLD_GAP_MS
+
+
+def test_a_gated_sample_is_flush_gate_start_run_stop_open() -> None:
+    """The gate is enqueued before the start event and opened only after the stop event
+    is on the stream; the timed hold is never used when a gate is given."""
+    gpu = FakeGpu(call_ms=0.2)
+    result, _ = _loop(gpu, mode="cold", flush=gpu.flush, hold=gpu.hold, gate=gpu,
+                      min_samples=12)
+    n = len(result.samples_ms)
+    assert " ".join(gpu.ops[-6 * n:]) == " ".join(["flush gate start run stop open"] * n)
+    assert "hold" not in gpu.ops
+    assert gpu.holds[-n:] == [COLD_GAP_MS] * n
+
+
+def test_short_calls_batch_behind_a_gate_sized_like_the_hold() -> None:
+    """Hot batches of short calls wait behind the gate too, opened after the batch."""
+    gpu = FakeGpu(call_ms=0.002, launch_ms=0.005)
+    result, _ = _loop(gpu, gate=gpu, warmup=3)
+    assert result.batch == 25 and result.mode == "hot"
+    assert all(math.isclose(v, 0.002) for v in result.samples_ms)
+    sample = "gate start " + "run " * 25 + "stop open"
+    assert sample in " ".join(gpu.ops)

@@ -13,8 +13,11 @@ How a run goes:
 3. The mode. ``cold`` times each call alone under the conditions Nsight Compute measures
    in (``--cache-control all``): before every sample L2 is flushed *clean* (a read of a
    buffer twice its size, so the dirty lines of the last call are written back before
-   the timed region, not during it) and the GPU waits 1 ms in a hold kernel, so the work
-   just before (the flush, the last call) does not slow this one. ``hot`` runs
+   the timed region, not during it) and the GPU waits 1 ms in a gate kernel, so the work
+   just before (the flush, the last call) does not slow this one. The gate also waits
+   until the host has enqueued the sample (start event, call, stop event: nvbench's
+   blocking kernel), so however slow a launcher is (Triton's Python launch takes ~13-20
+   µs against CuPy's ~9), its latency never falls inside the timed region. ``hot`` runs
    samples back to back: steady-state throughput, L2 as the last call left it. Calls
    under 10 µs are timed hot in batches of B calls (a batch ≥ 50 µs) queued behind a
    GPU-side wait (a "hold") so the host's launch rate does not set their pace. ``auto``
@@ -83,6 +86,17 @@ class Timer(Protocol):
 
     def elapsed_ms(self) -> List[float]:
         """Wait for every outstanding pair; their durations in ms, oldest first."""
+
+
+class GateLike(Protocol):
+    """A GPU wait the host ends (:class:`Gate`): ``close(ms)`` enqueues it, ``open()``
+    lets it end once ``ms`` have passed."""
+
+    def close(self, min_ms: float) -> None:
+        """Enqueue the wait."""
+
+    def open(self) -> None:
+        """Let the last enqueued wait end."""
 
 
 class CupyEventTimer:
@@ -245,6 +259,7 @@ def timing_loop(
     hold: Optional[Callable[[float], None]] = None,
     clock: Callable[[], float] = time.perf_counter,
     on_window: Optional[Callable[[str], None]] = None,
+    gate: Optional[GateLike] = None,
 ) -> LoopResult:
     """Warm up, choose the mode and batch size, and sample until the stop rule holds.
 
@@ -266,6 +281,8 @@ def timing_loop(
         on_window: Called with ``"start"`` right before the first timed round and with
             ``"end"`` right after the last, so the clocks read meanwhile (:mod:`.clocks`)
             are those of the samples, not of the warm-up.
+        gate: Used instead of ``hold`` where given: the same waits, each also lasting
+            until the host has enqueued the sample's calls and stop event (:class:`Gate`).
 
     Returns:
         The samples and how they were taken.
@@ -276,10 +293,12 @@ def timing_loop(
     _check_mode(mode)
     if mode == "cold" and flush is None:
         raise ValueError("cold samples need an L2 flush")
+    if gate is not None:
+        hold = gate.close
     t0 = clock()
     for _ in range(max(0, warmup)):
         run()
-    est = _estimate(run, timer, clock, hold)
+    est = _estimate(run, timer, clock, hold, gate)
     cold = mode == "cold" or (mode == "auto" and flush is not None
                               and est.gpu_ms >= BATCH_BELOW_MS)
     batch = 1
@@ -318,6 +337,8 @@ def timing_loop(
             for _ in range(batch):
                 run()
             timer.stop()
+            if gate is not None:
+                gate.open()
         values = [ms / batch for ms in timer.elapsed_ms()]
         sample_s = max((clock() - started) / max(len(values), 1), 1e-7)
         samples.extend(values)
@@ -344,7 +365,8 @@ def _hold_ms(calls: int, enqueue_ms: float) -> float:
 
 
 def _estimate(run: Callable[[], None], timer: Timer, clock: Callable[[], float],
-              hold: Optional[Callable[[float], None]]) -> _Estimate:
+              hold: Optional[Callable[[float], None]],
+              gate: Optional[GateLike] = None) -> _Estimate:
     """One call's GPU time in ms, with launch latency amortised for short calls."""
     timer.start()
     run()
@@ -369,6 +391,8 @@ def _estimate(run: Callable[[], None], timer: Timer, clock: Callable[[], float],
         for _ in range(calls):
             run()
         timer.stop()
+        if gate is not None:
+            gate.open()
         gpu_ms = timer.elapsed_ms()[0] / calls
     return _Estimate(gpu_ms, enqueue_ms)
 
@@ -383,6 +407,94 @@ extern "C" __global__ void gpuws_hold(unsigned long long ns) {
     } while (now - start < ns);
 }
 """
+
+
+_GATE_SRC = r"""
+extern "C" __global__ void gpuws_gate(const volatile unsigned long long* opened,
+                                      unsigned long long ticket, unsigned long long min_ns,
+                                      unsigned long long max_ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        __nanosleep(500);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while ((now - start < min_ns || *opened < ticket) && now - start < max_ns);
+}
+"""
+
+#: A gate opens by itself after this long, so a host that died (or a GC pause) never
+#: leaves the GPU spinning: the sample is then timed as a hold would time it.
+GATE_MAX_MS = 500.0
+
+
+class Gate:
+    """A GPU wait that ends only once the host has enqueued the timed region (nvbench's
+    blocking kernel), and no sooner than a given time.
+
+    :meth:`close` enqueues a one-thread kernel that spins until a counter in mapped host
+    memory reaches its ticket (and at least ``min_ms`` have passed); :meth:`open` writes
+    that ticket from the host once the start event, the calls and the stop event are all
+    on the stream. The GPU therefore reaches the start event with the calls already
+    queued behind it, however long the host took to launch them: a Python launcher's
+    latency (Triton's is tens of µs) can never fall inside the event interval. A timed
+    hold (:func:`make_hold`) only hides it when the host is quicker than the hold.
+    Tickets only grow, so gates of several outstanding samples need no reset.
+    """
+
+    def __init__(self) -> None:
+        import ctypes
+
+        import cupy
+        import numpy
+
+        self._np = numpy
+        self._kernel = cupy.RawKernel(_GATE_SRC, "gpuws_gate")
+        self._kernel.compile()
+        rt = cupy.cuda.runtime
+        # cudaHostAllocMapped (2): the device reads the host's writes without a copy.
+        self._host = int(rt.hostAlloc(8, 2))
+        self._free: Callable[[int], None] = rt.freeHost
+        self._sync: Callable[[], None] = rt.deviceSynchronize
+        get_dev = getattr(rt, "hostGetDevicePointer", None)
+        # Under unified addressing (every 64-bit CUDA >= 4) the host pointer is the
+        # device's; older CuPy builds lack hostGetDevicePointer.
+        self._dev = int(get_dev(self._host, 0)) if get_dev is not None else self._host
+        self._opened = ctypes.c_uint64.from_address(self._host)
+        self._opened.value = 0
+        self._ticket = 0
+
+    def close(self, min_ms: float) -> None:
+        """Enqueue a wait of at least ``min_ms`` that also lasts until the next :meth:`open`."""
+        self._ticket += 1
+        u64 = self._np.uint64
+        self._kernel((1,), (1,), (u64(self._dev), u64(self._ticket),
+                                  u64(max(0, int(min_ms * 1e6))), u64(int(GATE_MAX_MS * 1e6))))
+
+    def open(self) -> None:
+        """Let the last closed gate end (once its minimum time has passed)."""
+        self._opened.value = self._ticket
+
+    def release(self) -> None:
+        """Open every gate, wait for them to run, then free the mapped host memory."""
+        if not self._host:
+            return
+        self._opened.value = self._ticket
+        try:
+            self._sync()
+        except Exception:  # a broken context: keep 8 bytes rather than free them under a gate
+            return
+        self._free(self._host)
+        self._host = 0
+
+
+def make_gate() -> Gate:
+    """A :class:`Gate` on the current device.
+
+    Raises:
+        Exception: Whatever CuPy raises when the kernel cannot be built or mapped host
+            memory cannot be had.
+    """
+    return Gate()
 
 
 def make_hold() -> Callable[[float], None]:
@@ -420,6 +532,7 @@ def run_tier1(
     hold: Optional[Callable[[float], None]] = None,
     clock: Callable[[], float] = time.perf_counter,
     on_window: Optional[Callable[[str], None]] = None,
+    gate: Optional[GateLike] = None,
 ) -> Dict[str, Any]:
     """Time a set-up workload and derive bandwidth and FLOP rate.
 
@@ -437,9 +550,12 @@ def run_tier1(
         peaks: :func:`measure_peaks`'s dict, for % of peak; ``None`` leaves them out.
         timer: Stand-in timer (tests); default :class:`CupyEventTimer`.
         flush: Stand-in L2 flush (tests); default :func:`make_l2_flush` unless hot.
-        hold: Stand-in GPU wait (tests); with the default timer, :func:`make_hold`.
+        hold: Stand-in GPU wait (tests); with the default timer, :func:`make_hold` where
+            no gate can be had.
         clock: Wall clock in seconds.
         on_window: Told when the timed rounds start and end (see :func:`timing_loop`).
+        gate: Stand-in host-released wait (tests); with the default timer, a
+            :class:`Gate`, so a slow launcher can never pace a sample.
 
     Returns:
         A dict that decodes as ``protocol.Tier1Result`` (``type`` included, envelope
@@ -449,9 +565,18 @@ def run_tier1(
         ValueError: ``mode`` is not one of :data:`MODES`.
     """
     _check_mode(mode)  # before the flush buffer is allocated
+    own_gate: Optional[Gate] = None
     if timer is None:
         timer = CupyEventTimer()
-        if hold is None:
+        if hold is None and gate is None:
+            try:
+                gate = own_gate = make_gate()
+            except Exception as exc:  # CuPy's errors share no narrower base
+                emit({"type": "log", "level": "info", "message": (
+                    f"no GPU gate ({type(exc).__name__}: {exc}): samples wait behind a timed "
+                    "hold instead, which hides the host's launch only while the host is "
+                    "quicker than the hold")})
+        if hold is None and gate is None:
             try:
                 hold = make_hold()
             except Exception as exc:  # CuPy's compile errors share no narrower base
@@ -476,12 +601,16 @@ def run_tier1(
             emit({"type": "log", "level": "warning", "message": (
                 "no L2 read kernel could be built: cold samples use a memset flush, which "
                 "leaves L2 dirty and reads a few % slow on memory-bound calls")})
-    result = timing_loop(
-        workload.run, timer=timer, emit=emit, mode=loop_mode, target_ci=target_ci,
-        max_seconds=max_seconds, min_samples=min_samples, warmup=warmup,
-        flush=flush.fn if flush is not None else None, hold=hold, clock=clock,
-        on_window=on_window,
-    )
+    try:
+        result = timing_loop(
+            workload.run, timer=timer, emit=emit, mode=loop_mode, target_ci=target_ci,
+            max_seconds=max_seconds, min_samples=min_samples, warmup=warmup,
+            flush=flush.fn if flush is not None else None, hold=hold, clock=clock,
+            on_window=on_window, gate=gate,
+        )
+    finally:
+        if own_gate is not None:
+            own_gate.release()
     short = result.est_ms < BATCH_BELOW_MS
     if mode == "cold" and short:
         emit({"type": "log", "level": "warning", "message": (
