@@ -19,12 +19,24 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; th
   echo "gpuws needs Python 3.11 or newer (found: $("$PY" -V 2>&1))" >&2; exit 1
 fi
 
+# ensure_venv EXTRA: .venv holds gpuws (editable, from this checkout) with EXTRA's packages.
+# pip runs only when pyproject.toml or the extra changed since the last install (the
+# stamp records both): a start with nothing to install takes no network and no pip
+# (~2 s less, and it works offline; pip's build isolation would fetch hatchling).
 ensure_venv() {
   if [ ! -x .venv/bin/python ]; then
     # Debian/Ubuntu split venv/ensurepip into python3-venv.
     "$PY" -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
     "$PY" -m venv .venv
   fi
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  local stamp=.venv/.gpuws-installed want have=""
+  want="$1 $(sha256sum pyproject.toml | cut -d' ' -f1)"
+  [ -f "$stamp" ] && have=$(cat "$stamp")
+  # A stamp for "dev" covers "report" too: dev's extras include ncu-report.
+  case "$have" in
+    "$want"|"dev $(sha256sum pyproject.toml | cut -d' ' -f1)")
+      if .venv/bin/python -c 'import gpuws' 2>/dev/null; then return 0; fi ;;
+  esac
   .venv/bin/python -m pip install -q -e ".[$1]"
+  echo "$want" > "$stamp"
 }
