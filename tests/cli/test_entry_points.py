@@ -1,0 +1,74 @@
+"""What a person types is checked before anything is done (issue 24): each mistake is one
+``gpuws: …`` line on stderr with the documented exit code, no traceback, nothing
+half-written left behind. The real CLI runs as a subprocess over a real store.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from gpuws.sessions.store import Store
+
+
+def _recorded() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "gpuws_entry_recorded", Path(__file__).parents[1] / "sessions" / "recorded.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RECORDED = _recorded()
+
+
+def gpuws(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpuws", *argv], capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL, cwd=cwd,
+                          env=os.environ.copy())
+
+
+def one_clean_line(res: subprocess.CompletedProcess[str], code: int) -> str:
+    assert res.returncode == code, (res.returncode, res.stdout, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuws: "), res.stderr
+    assert "Traceback" not in res.stderr + res.stdout
+    return lines[0]
+
+
+@pytest.fixture
+def session_id() -> str:
+    with Store() as store:
+        sid = store.open_session("pod", "local", None, 3.99, started=RECORDED.T0)
+        store.ingest_many(sid, RECORDED.saxpy_run("r1"))
+        return sid
+
+
+def test_export_refuses_an_output_it_cannot_write_before_reading_anything(
+        session_id: str, tmp_path: Path) -> None:
+    a_file = tmp_path / "plain.txt"
+    a_file.write_text("x")
+    cases = {str(tmp_path): "is a directory",
+             str(tmp_path / "missing" / "r.md"): "does not exist",
+             str(a_file / "r.md"): "is not a directory"}
+    for output, cause in cases.items():
+        line = one_clean_line(gpuws("export", session_id, "-o", output), 2)
+        assert cause in line and "-o" in line
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.rglob("*"))
+
+
+def test_export_to_a_file_says_its_size_in_bytes_not_characters(session_id: str,
+                                                                tmp_path: Path) -> None:
+    out = tmp_path / "r.md"
+    res = gpuws("export", session_id, "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    size = out.stat().st_size
+    assert f"({size:,} bytes)" in res.stderr
+    assert size > len(out.read_text())  # the report holds multi-byte characters (µs, ·)
