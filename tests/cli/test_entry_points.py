@@ -72,3 +72,22 @@ def test_export_to_a_file_says_its_size_in_bytes_not_characters(session_id: str,
     size = out.stat().st_size
     assert f"({size:,} bytes)" in res.stderr
     assert size > len(out.read_text())  # the report holds multi-byte characters (µs, ·)
+
+
+@pytest.mark.ssh
+def test_attach_and_cancel_of_an_unknown_id_are_usage_errors_that_leave_no_session(
+        ssh_config: Path) -> None:
+    for verb in ("attach", "cancel"):
+        line = one_clean_line(gpuws(verb, "pod", "nosuchrun", "-F", str(ssh_config)), 2)
+        assert "no run nosuchrun on pod" in line and "gpuws runs pod" in line, line
+    with Store() as store:
+        assert store.sessions() == []
+
+
+def test_only_a_session_without_runs_is_discarded(session_id: str) -> None:
+    with Store() as store:
+        assert not store.discard_if_empty(session_id)  # it holds run r1
+        empty = store.open_session("pod", "ssh", None, 1.0, started=RECORDED.T0 + 10)
+        store.add_phase(empty, None, "connect", RECORDED.T0 + 10, RECORDED.T0 + 11)
+        assert store.discard_if_empty(empty)
+        assert [s.id for s in store.sessions()] == [session_id]

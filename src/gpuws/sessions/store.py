@@ -416,6 +416,24 @@ class Store:
                         (time.time() if ended is None else ended,
                          self._require_session(cur, session_id)))
 
+    def discard_if_empty(self, session_id: str) -> bool:
+        """Remove a session that holds no run (a connection that did nothing, such as an
+        attach to an id the pod does not have), so it does not clutter the listings.
+
+        Returns:
+            Whether the session was removed.
+        """
+        with self._transaction() as cur:
+            if cur.execute("SELECT 1 FROM runs WHERE session_id = ? LIMIT 1",
+                           (session_id,)).fetchone() is not None:
+                return False
+            if cur.execute("SELECT 1 FROM fleet_pods WHERE session_id = ? LIMIT 1",
+                           (session_id,)).fetchone() is not None:
+                return False
+            cur.execute("DELETE FROM phases WHERE session_id = ?", (session_id,))
+            cur.execute("DELETE FROM diagnoses WHERE session_id = ?", (session_id,))
+            return cur.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+
     def open_sessions(self) -> list[str]:
         """Ids of the sessions not ended yet (live, or left open by a killed process)."""
         return [str(r[0]) for r in self._conn.execute(
