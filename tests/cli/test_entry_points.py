@@ -91,3 +91,17 @@ def test_only_a_session_without_runs_is_discarded(session_id: str) -> None:
         store.add_phase(empty, None, "connect", RECORDED.T0 + 10, RECORDED.T0 + 11)
         assert store.discard_if_empty(empty)
         assert [s.id for s in store.sessions()] == [session_id]
+
+
+def test_a_bad_rate_is_refused_before_connecting() -> None:
+    # "nosuchhost.invalid" would fail to resolve: the refusal must come first.
+    for verb in ("run", "connect"):
+        for rate in ("-3", "nan", "inf", "cheap"):
+            argv = [verb, "nosuchhost.invalid", "--rate", rate]
+            if verb == "run":
+                argv += ["-w", "builtin:saxpy"]
+            res = gpuws(*argv)
+            assert res.returncode == 2, (verb, rate, res.stderr)
+            assert "argument --rate" in res.stderr and "Traceback" not in res.stderr
+            assert "resolve" not in res.stderr.lower() and "connect" not in res.stderr.split(
+                "error:")[-1].lower()

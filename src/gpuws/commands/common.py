@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -49,6 +50,18 @@ def print_json(data: Any) -> None:
     import json
 
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def usd(text: str) -> float:
+    """argparse type of a price in US dollars: a finite number, zero or more. Checked as
+    the arguments are read, so a mistake costs no connection."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of dollars") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: a price must be a finite number ≥ 0")
+    return value
 
 
 def check_output(output: str | None) -> None:
@@ -152,7 +165,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="install the CuPy wheel that fits the driver if the pod has none")
     p.add_argument("--env", action="append", default=[], metavar="K=V",
                    help="environment for the workload (repeatable)")
-    p.add_argument("--rate", type=float, help="the pod's price in USD per hour")
+    p.add_argument("--rate", type=usd, help="the pod's price in USD per hour")
     p.add_argument("--detach", action="store_true",
                    help="start the run, print its id and return; it goes on on the pod")
     p.add_argument("--no-pull", action="store_true", help="leave the artifacts on the pod")
