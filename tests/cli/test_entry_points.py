@@ -105,3 +105,14 @@ def test_a_bad_rate_is_refused_before_connecting() -> None:
             assert "argument --rate" in res.stderr and "Traceback" not in res.stderr
             assert "resolve" not in res.stderr.lower() and "connect" not in res.stderr.split(
                 "error:")[-1].lower()
+
+
+def test_only_a_run_that_finished_ok_can_be_the_baseline(session_id: str) -> None:
+    with Store() as store:
+        store.ingest_many(session_id, RECORDED.cancelled_run("c1", t0=RECORDED.T0 + 60))
+    line = one_clean_line(gpuws("baseline", "c1"), 2)
+    assert "c1 cancelled and cannot be a baseline" in line and "gpuws history" in line
+    with Store() as store:
+        assert not store.run("c1").is_baseline
+    assert gpuws("baseline", "r1").returncode == 0
+    assert gpuws("baseline", "c1", "--off").returncode == 0  # unmarking is always fine

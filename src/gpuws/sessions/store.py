@@ -25,7 +25,7 @@ from typing import Any, get_args
 import msgspec
 
 from gpuws import protocol
-from gpuws.errors import StoreError, TransferError
+from gpuws.errors import StoreError, TransferError, UsageError
 from gpuws.locations import db_path, ensure_private_dir
 
 #: Anything ``ingest`` takes: a decoded event, or the raw JSON line it came from (stored
@@ -629,8 +629,17 @@ class Store:
         """Mark (or unmark) a run as the baseline for its workload.
 
         Runs of the same workload that start later are compared with the latest baseline.
+
+        Raises:
+            UsageError: marking a run that did not finish ok: later runs would be judged
+                against a figure that is missing or wrong.
         """
-        rid = self.run(run_id).run_id
+        row = self.run(run_id)
+        rid = row.run_id
+        if on and row.status != "ok":
+            raise UsageError(f"{rid} {row.status} and cannot be a baseline",
+                             remedy="mark a run that finished ok (`gpuws history` shows each "
+                                    "run's status)")
         with self._transaction() as cur:
             cur.execute("UPDATE runs SET is_baseline = ? WHERE run_id = ?", (int(on), rid))
 
