@@ -116,3 +116,12 @@ def test_only_a_run_that_finished_ok_can_be_the_baseline(session_id: str) -> Non
         assert not store.run("c1").is_baseline
     assert gpuws("baseline", "r1").returncode == 0
     assert gpuws("baseline", "c1", "--off").returncode == 0  # unmarking is always fine
+
+
+def test_a_failed_run_says_why_on_stderr_with_exit_7() -> None:
+    res = gpuws("run", "local", "-w", "cmd:echo started; exit 3", "--rate", "0")
+    assert res.returncode == 7, (res.stdout, res.stderr)
+    assert "started" in res.stdout  # the run's own output stays on stdout
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuws: ")]
+    assert len(lines) == 1 and "Run failed: run " in lines[0] and " failed: " in lines[0]
+    assert "Traceback" not in res.stderr

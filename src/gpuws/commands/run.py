@@ -306,6 +306,13 @@ async def finish_run(args: argparse.Namespace, engine: Engine, run_id: str,
     for res in outcome.results:
         out.print(Text(f"  pulled {visible(res.name)} → {res.local_path}"))
     code = 0 if fin.status == "ok" else RunError.exit_code
+    if code:
+        # As every failure: one line on stderr with the exit code, whatever stdout showed.
+        why = visible(fin.error, 300) if fin.error else f"it ended {fin.status}"
+        sys.stderr.write("gpuws: " + RunError(
+            f"run {run_id} {fin.status}: {why}",
+            remedy="`gpuws export` or `gpuws history` shows what it recorded").one_line()
+            + "\n")
     if outcome.error is not None:
         code = code or outcome.error.exit_code
     if getattr(args, "baseline", None):
