@@ -125,3 +125,17 @@ def test_a_failed_run_says_why_on_stderr_with_exit_7() -> None:
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuws: ")]
     assert len(lines) == 1 and "Run failed: run " in lines[0] and " failed: " in lines[0]
     assert "Traceback" not in res.stderr
+
+
+def test_a_headless_run_over_budget_says_so(tmp_path: Path) -> None:
+    """$3,600/h ($1/s) and a $2 budget: 80% is reached 1.6 s and 100% 2 s into the
+    session, while the workload sleeps 4 s; both lines reach stderr, whole, as the TUI
+    shows them."""
+    Path(os.environ["GPUWS_CONFIG"]).write_text(
+        "[hosts.local]\nrate_usd_per_hour = 3600.0\nbudget_usd = 2.0\n")
+    res = gpuws("run", "local", "-w", "cmd:sleep 4; echo done")
+    assert res.returncode == 0, res.stderr
+    budget = [ln for ln in res.stderr.splitlines() if "budget" in ln]
+    assert len(budget) == 2, res.stderr
+    assert "80% of its $2.00 budget at $3600.00/h" in budget[0]
+    assert "100% of its" in budget[1] and "keeps billing until it is stopped" in budget[1]

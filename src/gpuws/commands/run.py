@@ -85,7 +85,8 @@ class Printer:
         if notice.severity == "information" and notice.kind != "reconnected":
             return
         style = {"error": "red", "warning": "yellow"}.get(notice.severity, "dim")
-        self.err.print(Text(f"gpuws: {notice.message}", style=style))
+        # One line each, unwrapped: a script reads them line by line.
+        self.err.print(Text(f"gpuws: {notice.message}", style=style), soft_wrap=True)
 
     def show(self, ev: protocol.Events) -> None:
         if isinstance(ev, protocol.RunStarted):
