@@ -77,6 +77,9 @@ class FakePod:
     def nsys(self) -> str | None:
         return self._nsys
 
+    def nsys_passed_over(self) -> str | None:
+        return None
+
     def nsys_version(self, path: str) -> str | None:
         return None
 

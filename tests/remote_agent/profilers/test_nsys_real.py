@@ -133,6 +133,15 @@ def test_a_partial_trace_falls_back_saying_why_in_one_line(ctx: RunContext,
     assert finished.reason.startswith("nsys 2023.4.4 (CUPTI for CUDA 12.4) traced this run "
                                       "only in part (runtime API function 468")
     assert not any(isinstance(e, protocol.KernelTable) and e.source == "nsys" for e in evs)
+    # The pod learnt it: the next run there does not spend another nsys pass on it.
+    pod = pod_with(nsys)
+    assert pod.nsys() is None
+    assert tiers.tier2(ctx, pod, ["/bin/true"], python=False) is None
+    again = [e for e in events(ctx) if isinstance(e, protocol.TierFinished)][-1]
+    assert again.reason.startswith("nsys 2023.4.4 traced a CUDA 13.0 program only in part on "
+                                   "this pod before: not used")
+    assert sum(isinstance(e, protocol.TierStarted) and bool(e.argv)
+               and e.argv[1:2] == ["profile"] for e in events(ctx)) == 1
 
 
 def test_stats_without_its_modules_reads_the_table_from_the_real_export(

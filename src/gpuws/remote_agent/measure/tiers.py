@@ -14,7 +14,7 @@ import shutil
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from .. import procs, wire
+from .. import procs, runs, wire
 from ..pod import clocks, gpusel, pythons
 
 if TYPE_CHECKING:
@@ -68,18 +68,36 @@ class Pod:
         return bool(self.facts.get("gpus"))
 
     def nsys(self) -> Optional[str]:
-        """The nsys Tier 2 runs: of those that work, one whose CUPTI is as new as the
-        driver's CUDA where there is one (a program may use all the driver offers), else
-        the newest CUPTI (a trace of a newer program is partial, and said so)."""
-        from ..profilers.nsys_output import nsys_cupti
+        """The nsys Tier 2 runs: of those that work and did not trace a program of this
+        CUDA only in part on this pod before, one whose CUPTI is as new as the driver's CUDA
+        where there is one (a program may use all the driver offers), else the newest
+        CUPTI (a trace of a newer program may be partial, and is said so)."""
+        from ..profilers.nsys_output import learnt, nsys_cupti
 
         usable = [str(i["path"]) for i in self.facts.get("nsys") or [] if not i.get("error")]
+        program = self.program_cuda()
+        partial = learnt(runs.cache_root())
+        usable = [p for p in usable if program is None or program not in partial.get(p, [])]
         if len(usable) < 2:
             return usable[0] if usable else None
         cuptis = {p: nsys_cupti(p) or (0, 0) for p in usable}
         driver = _major_minor(self.facts.get("cuda_driver"))
         fits = [p for p in usable if driver is not None and cuptis[p] >= driver]
         return fits[0] if fits else max(usable, key=lambda p: cuptis[p])
+
+    def nsys_passed_over(self) -> Optional[str]:
+        """Why no nsys runs although the pod has a working one (what this pod learnt)."""
+        from ..profilers.nsys_output import learnt
+
+        program = self.program_cuda()
+        partial = learnt(runs.cache_root())
+        skipped = [str(i["path"]) for i in self.facts.get("nsys") or []
+                   if not i.get("error") and program in partial.get(str(i["path"]), [])]
+        if not skipped or program is None:
+            return None
+        return ("nsys %s traced a CUDA %s program only in part on this pod before: not used "
+                "(an nsys from a CUDA release at least as new traces it whole)"
+                % (self.nsys_version(skipped[0]) or skipped[0], program))
 
     def nsys_version(self, path: str) -> Optional[str]:
         for inst in self.facts.get("nsys") or []:
@@ -361,7 +379,7 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
         if found is not None:
             return finish_tier2(ctx, t0, found[0], "nsys", tried, found[1])
     else:
-        tried.append("nsys: not installed on the pod")
+        tried.append(pod.nsys_passed_over() or "nsys: not installed on the pod")
     if python and torch_argv and pod.has_package("torch"):
         ran = True
         found = tier2_torch(ctx, torch_argv, False, tried)
@@ -479,7 +497,7 @@ def tier2_nsys(ctx: "RunContext", pod: Pod, nsys: str, target: List[str], python
     rep = base + ".nsys-rep"
     said = nsys_output.diagnose(res.stdout_tail + "\n" + res.stderr_tail,
                                 pod.nsys_version(nsys), nsys_output.nsys_cupti(nsys),
-                                pod.program_cuda() if python else None)
+                                pod.program_cuda())
     if res.returncode != 0 or not os.path.exists(rep):
         # Seen on real pods: nsys exists, runs, and leaves only a .qdstrm behind.
         tried.append("nsys: no report came out (exit %d)%s" % (
@@ -487,6 +505,8 @@ def tier2_nsys(ctx: "RunContext", pod: Pod, nsys: str, target: List[str], python
         return None
     if said is not None:
         tried.append(said)
+        if os.path.exists(rep):  # traced in part, not failed: not worth a retry here
+            nsys_output.remember_partial(runs.cache_root(), nsys, pod.program_cuda())
         return None
     for report in ("cuda_gpu_kern_sum", "gpukernsum"):
         stats = procs.run_streaming([nsys, "stats", "--report", report, "--format", "csv",

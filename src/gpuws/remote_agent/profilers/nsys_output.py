@@ -19,9 +19,10 @@ Standard library only: this module ships in the pod agent's bundle.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
-from typing import Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 _NO_IMPORTER = ("Unable to retrieve the importer version", "skipping importation of the QDSTRM")
 _PARTIAL = ("Importation succeeded with non-fatal errors", "Analysis failed with",
@@ -77,3 +78,46 @@ def diagnose(output: str, nsys_version: Optional[str], cupti: Optional[Tuple[int
                 "so Tier 2 falls back; an nsys from a CUDA release at least as new as the "
                 "program's traces it whole" % (who, what, newer))
     return None
+
+
+# ------------------------------------------------------------------- what was learnt
+# A partial trace is only seen after a whole nsys pass (9-12 s for a small torch forward on
+# the H100). The pod remembers it, per nsys install and program CUDA, so the next run there
+# does not pay for it again: the inventory learns what each nsys can trace.
+
+def _learnt_path(cache: str) -> str:
+    return os.path.join(cache, "nsys_partial.json")
+
+
+def learnt(cache: str) -> Dict[str, List[str]]:
+    """``{nsys path: [program CUDA versions it traced only in part]}`` (empty if none)."""
+    try:
+        with open(_learnt_path(cache), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): [str(c) for c in v] for k, v in data.items()
+            if isinstance(v, list) and len(v) <= 64}
+
+
+def remember_partial(cache: str, nsys: str, program_cuda: Optional[str]) -> None:
+    """Record that ``nsys`` traced a program of ``program_cuda`` only in part."""
+    if not program_cuda:
+        return
+    data = learnt(cache)
+    seen = data.setdefault(nsys, [])
+    if program_cuda in seen:
+        return
+    seen.append(program_cuda)
+    tmp = _learnt_path(cache) + ".tmp.%d" % os.getpid()
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, _learnt_path(cache))
+    except OSError:  # a full or read-only cache only costs the next run a retry
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
