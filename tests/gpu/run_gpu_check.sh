@@ -3,7 +3,8 @@
 #   tests  (default part): every test under tests/gpu, each file with its own time limit,
 #          through a real OpenSSH sshd when one is carried (.carry/sshd, made here by
 #          tests/gpu/make_carry.sh; root's python3 over it lacks torch and CuPy, so the
-#          agent must find the torch interpreter by itself);
+#          agent must find the torch interpreter by itself); last, with the real nsys
+#          carried in .carry/nsys (tests/gpu/make_nsys_carry.sh) unpacked, test_gpu_nsys;
 #   bench: bench/answer.py (time to an answer: each tier and the whole run beside the same
 #          steps typed by hand) and bench/timing.py (Tier 1 beside do_bench);
 # and print short tables last. Logs and figures go to $OUT; everything but the summary is
@@ -31,8 +32,13 @@ export GPUWS_GPU_OUT=$OUT/logs PATH=$PATH:/opt/nvidia/nsight-compute/2025.3.1
 declare -A RESULT
 run_tests() {
   local name limit
-  for spec in ${GPU_TESTS:-e2e:240 pinning:200 python:150 laptop_faces:120 fleet:120}; do
+  for spec in ${GPU_TESTS:-e2e:240 pinning:200 python:150 laptop_faces:120 fleet:120 nsys:300}; do
     name=${spec%%:*}; limit=${spec##*:}
+    if [ "$name" = nsys ] && [ -f .carry/nsys/nsys-min.tar.xz ]; then
+      # Last: the tests before it expect the machine as lent (no nsys, torch.profiler).
+      mkdir -p /opt/nvidia/nsight-systems/2023.4.4
+      tar -C /opt/nvidia/nsight-systems/2023.4.4 --strip-components=1 -xJf .carry/nsys/nsys-min.tar.xz
+    fi
     local t0=$SECONDS
     timeout $((limit + 10)) python3 -m pytest -p no:cacheprovider "tests/gpu/test_gpu_$name.py" \
       -q -s -o addopts="" -W ignore::RuntimeWarning --timeout "$limit" \

@@ -40,10 +40,10 @@ class ChosenPod:
     def has_package(self, name: str) -> bool:
         return tiers.Pod.has_package(self, name)  # type: ignore[arg-type]
 
-    def nsys(self) -> None:
+    def nsys(self, workload: str | None = None) -> None:
         return None
 
-    def nsys_passed_over(self) -> str | None:
+    def nsys_passed_over(self, workload: str | None = None) -> str | None:
         return None
 
     def select_ncu(self, exclude: list[str]) -> dict[str, Any]:

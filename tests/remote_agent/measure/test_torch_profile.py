@@ -177,10 +177,10 @@ class NoToolsPod:
         self.counters: dict[str, Any] = {}
         self.facts: dict[str, Any] = {}
 
-    def nsys(self) -> None:
+    def nsys(self, workload: str | None = None) -> None:
         return None
 
-    def nsys_passed_over(self) -> str | None:
+    def nsys_passed_over(self, workload: str | None = None) -> str | None:
         return None
 
     def select_ncu(self, exclude: list[str]) -> dict[str, Any]:

@@ -74,10 +74,10 @@ class FakePod:
         return {"selected": left[0] if left else None, "selected_version": "2025.3.1",
                 "reason": "test", "install_plan": None}
 
-    def nsys(self) -> str | None:
+    def nsys(self, workload: str | None = None) -> str | None:
         return self._nsys
 
-    def nsys_passed_over(self) -> str | None:
+    def nsys_passed_over(self, workload: str | None = None) -> str | None:
         return None
 
     def nsys_version(self, path: str) -> str | None:

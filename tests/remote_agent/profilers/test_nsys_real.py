@@ -133,13 +133,14 @@ def test_a_partial_trace_falls_back_saying_why_in_one_line(ctx: RunContext,
     assert finished.reason.startswith("nsys 2023.4.4 (CUPTI for CUDA 12.4) traced this run "
                                       "only in part (runtime API function 468")
     assert not any(isinstance(e, protocol.KernelTable) and e.source == "nsys" for e in evs)
-    # The pod learnt it: the next run there does not spend another nsys pass on it.
+    # The pod learnt it: the next run of this workload there does not spend another nsys
+    # pass on it; another workload (a CuPy one that traces whole) still gets nsys.
     pod = pod_with(nsys)
-    assert pod.nsys() is None
+    assert pod.nsys("cmd:python3 fwd.py") is None and pod.nsys("builtin:saxpy") == nsys
     assert tiers.tier2(ctx, pod, ["/bin/true"], python=False) is None
     again = [e for e in events(ctx) if isinstance(e, protocol.TierFinished)][-1]
-    assert again.reason.startswith("nsys 2023.4.4 traced a CUDA 13.0 program only in part on "
-                                   "this pod before: not used")
+    assert again.reason.startswith("nsys 2023.4.4 traced this workload only in part on this "
+                                   "pod before: not used")
     assert sum(isinstance(e, protocol.TierStarted) and bool(e.argv)
                and e.argv[1:2] == ["profile"] for e in events(ctx)) == 1
 
@@ -182,6 +183,6 @@ def test_of_two_installs_the_one_whose_cupti_fits_the_driver_is_chosen(tmp_path:
     pod = pod_with(old)
     pod.facts["nsys"] = [{"path": old, "version": "2023.4.4"},
                          {"path": new, "version": "2025.3.1"}]
-    assert pod.nsys() == new
+    assert pod.nsys("builtin:saxpy") == new
     pod.facts["cuda_driver"] = "12.2"  # both fit: the inventory's order stands
-    assert pod.nsys() == old
+    assert pod.nsys("builtin:saxpy") == old

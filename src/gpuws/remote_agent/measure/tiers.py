@@ -67,17 +67,14 @@ class Pod:
     def has_gpu(self) -> bool:
         return bool(self.facts.get("gpus"))
 
-    def nsys(self) -> Optional[str]:
-        """The nsys Tier 2 runs: of those that work and did not trace a program of this
-        CUDA only in part on this pod before, one whose CUPTI is as new as the driver's CUDA
-        where there is one (a program may use all the driver offers), else the newest
-        CUPTI (a trace of a newer program may be partial, and is said so)."""
-        from ..profilers.nsys_output import learnt, nsys_cupti
+    def nsys(self, workload: Optional[str] = None) -> Optional[str]:
+        """The nsys Tier 2 runs: of those that work and did not trace this workload only
+        in part on this pod before, one whose CUPTI is as new as the driver's CUDA where
+        there is one (a program may use all the driver offers), else the newest CUPTI (a
+        trace of a newer program may be partial, and is said so)."""
+        from ..profilers.nsys_output import nsys_cupti
 
-        usable = [str(i["path"]) for i in self.facts.get("nsys") or [] if not i.get("error")]
-        program = self.program_cuda()
-        partial = learnt(runs.cache_root())
-        usable = [p for p in usable if program is None or program not in partial.get(p, [])]
+        usable = [p for p in self._nsys_paths() if p not in self._partial_for(workload)]
         if len(usable) < 2:
             return usable[0] if usable else None
         cuptis = {p: nsys_cupti(p) or (0, 0) for p in usable}
@@ -85,19 +82,27 @@ class Pod:
         fits = [p for p in usable if driver is not None and cuptis[p] >= driver]
         return fits[0] if fits else max(usable, key=lambda p: cuptis[p])
 
-    def nsys_passed_over(self) -> Optional[str]:
-        """Why no nsys runs although the pod has a working one (what this pod learnt)."""
-        from ..profilers.nsys_output import learnt
+    def _nsys_paths(self) -> List[str]:
+        return [str(i["path"]) for i in self.facts.get("nsys") or [] if not i.get("error")]
 
-        program = self.program_cuda()
-        partial = learnt(runs.cache_root())
-        skipped = [str(i["path"]) for i in self.facts.get("nsys") or []
-                   if not i.get("error") and program in partial.get(str(i["path"]), [])]
-        if not skipped or program is None:
+    def _partial_for(self, workload: Optional[str]) -> List[str]:
+        """The installs that traced ``workload`` only in part on this pod before."""
+        from ..profilers.nsys_output import learnt, workload_key
+
+        if workload is None:
+            return []
+        key = workload_key(workload, self.program_cuda())
+        return [p for p, keys in learnt(runs.cache_root()).items() if key in keys]
+
+    def nsys_passed_over(self, workload: Optional[str] = None) -> Optional[str]:
+        """Why no nsys runs although the pod has a working one (what this pod learnt)."""
+        skipped = [p for p in self._nsys_paths() if p in self._partial_for(workload)]
+        if not skipped:
             return None
-        return ("nsys %s traced a CUDA %s program only in part on this pod before: not used "
-                "(an nsys from a CUDA release at least as new traces it whole)"
-                % (self.nsys_version(skipped[0]) or skipped[0], program))
+        return ("nsys %s traced this workload only in part on this pod before: not used "
+                "(an nsys from a CUDA release at least as new as the program's %s traces "
+                "it whole)" % (self.nsys_version(skipped[0]) or skipped[0],
+                               self.program_cuda() or "CUDA"))
 
     def nsys_version(self, path: str) -> Optional[str]:
         for inst in self.facts.get("nsys") or []:
@@ -166,7 +171,7 @@ def run_command(ctx: "RunContext", command: str, pod: Pod) -> None:
     # time then includes the profiler's start and the trace it writes at exit, so the
     # tier's name says the profiler was on.
     env, recorded = ctx.env, None
-    if 2 in tiers and inject and pod.has_gpu and not pod.nsys():
+    if 2 in tiers and inject and pod.has_gpu and not pod.nsys(ctx.spec.get("workload")):
         from .torch_profile import prepare
 
         env = dict(ctx.env)
@@ -372,14 +377,15 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
     t0 = time.time()
     tried: List[str] = []
     ran = False  # whether some path ran a command (and so announced the tier itself)
-    nsys = pod.nsys()
+    nsys = pod.nsys(ctx.spec.get("workload"))
     if nsys:
         ran = True
         found = tier2_nsys(ctx, pod, nsys, target, python, tried)
         if found is not None:
             return finish_tier2(ctx, t0, found[0], "nsys", tried, found[1])
     else:
-        tried.append(pod.nsys_passed_over() or "nsys: not installed on the pod")
+        tried.append(pod.nsys_passed_over(ctx.spec.get("workload"))
+                     or "nsys: not installed on the pod")
     if python and torch_argv and pod.has_package("torch"):
         ran = True
         found = tier2_torch(ctx, torch_argv, False, tried)
@@ -506,7 +512,8 @@ def tier2_nsys(ctx: "RunContext", pod: Pod, nsys: str, target: List[str], python
     if said is not None:
         tried.append(said)
         if os.path.exists(rep):  # traced in part, not failed: not worth a retry here
-            nsys_output.remember_partial(runs.cache_root(), nsys, pod.program_cuda())
+            nsys_output.remember_partial(runs.cache_root(), nsys, nsys_output.workload_key(
+                str(ctx.spec.get("workload")), pod.program_cuda()))
         return None
     for report in ("cuda_gpu_kern_sum", "gpukernsum"):
         stats = procs.run_streaming([nsys, "stats", "--report", report, "--format", "csv",

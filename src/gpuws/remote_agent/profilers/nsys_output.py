@@ -19,6 +19,7 @@ Standard library only: this module ships in the pod agent's bundle.
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import re
@@ -82,15 +83,22 @@ def diagnose(output: str, nsys_version: Optional[str], cupti: Optional[Tuple[int
 
 # ------------------------------------------------------------------- what was learnt
 # A partial trace is only seen after a whole nsys pass (9-12 s for a small torch forward on
-# the H100). The pod remembers it, per nsys install and program CUDA, so the next run there
-# does not pay for it again: the inventory learns what each nsys can trace.
+# the H100). The pod remembers it, per nsys install and workload (with the CUDA its Python
+# packages were built for), so the next run of it there does not pay for it again: the
+# inventory learns what each nsys can trace. Per workload, not per CUDA: the same nsys
+# traced a CuPy program of that CUDA whole.
+
+
+def workload_key(workload: str, program_cuda: Optional[str]) -> str:
+    """A short, fixed-size name for a workload on this pod (its text may be long)."""
+    return hashlib.sha256(("%s\n%s" % (program_cuda, workload)).encode()).hexdigest()[:24]
 
 def _learnt_path(cache: str) -> str:
     return os.path.join(cache, "nsys_partial.json")
 
 
 def learnt(cache: str) -> Dict[str, List[str]]:
-    """``{nsys path: [program CUDA versions it traced only in part]}`` (empty if none)."""
+    """``{nsys path: [workload keys it traced only in part]}`` (empty if none)."""
     try:
         with open(_learnt_path(cache), encoding="utf-8") as f:
             data = json.load(f)
@@ -99,18 +107,21 @@ def learnt(cache: str) -> Dict[str, List[str]]:
     if not isinstance(data, dict):
         return {}
     return {str(k): [str(c) for c in v] for k, v in data.items()
-            if isinstance(v, list) and len(v) <= 64}
+            if isinstance(v, list)}
 
 
-def remember_partial(cache: str, nsys: str, program_cuda: Optional[str]) -> None:
-    """Record that ``nsys`` traced a program of ``program_cuda`` only in part."""
-    if not program_cuda:
-        return
+#: Workloads remembered per install, newest last (the oldest is forgotten first).
+MAX_LEARNT = 256
+
+
+def remember_partial(cache: str, nsys: str, key: str) -> None:
+    """Record that ``nsys`` traced the workload of :func:`workload_key` ``key`` in part."""
     data = learnt(cache)
     seen = data.setdefault(nsys, [])
-    if program_cuda in seen:
+    if key in seen:
         return
-    seen.append(program_cuda)
+    seen.append(key)
+    del seen[:-MAX_LEARNT]
     tmp = _learnt_path(cache) + ".tmp.%d" % os.getpid()
     try:
         with open(tmp, "w", encoding="utf-8") as f:
