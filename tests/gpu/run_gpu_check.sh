@@ -22,6 +22,9 @@ export PYTHONPATH=/tmp/site:$PWD/src:$PWD/tests:$PWD/tests/gpu PYTHONUNBUFFERED=
 # asyncssh` there), which no installed laptop or pod does.
 unset PYTHONDONTWRITEBYTECODE
 export GPUWS_GPU_OUT=$OUT/logs PATH=$PATH:/opt/nvidia/nsight-compute/2025.3.1
+# The sshd folder travels packed (tar -C .carry -cJf .carry/sshd.tar.xz sshd): with the
+# wheels and the nsys it must fit the 64 MiB a call carries.
+[ ! -d .carry/sshd ] && [ -f .carry/sshd.tar.xz ] && tar -C .carry -xJf .carry/sshd.tar.xz
 [ -d .carry/sshd ] && export GPUWS_CARRIED_SSHD=$PWD/.carry/sshd
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
