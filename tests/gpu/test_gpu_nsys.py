@@ -126,7 +126,8 @@ def test_a_torch_cu130_program_is_said_partial_then_passed_over(
 def test_tier2_wall_time_nsys_beside_torch_profiler(
         pod: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """builtin:saxpy's Tier 2, three times each way, interleaved (medians kept)."""
-    hidden = NSYS_DIR.with_name("hidden-2023.4.4")
+    # Outside nsight-systems/: the agent looks for nsight-systems/*/bin/nsys.
+    hidden = NSYS_DIR.parent.parent / "hidden-nsys-2023.4.4"
     walls: dict[str, list[float]] = {"nsys": [], "torch.profiler": []}
     try:
         for _ in range(3):
