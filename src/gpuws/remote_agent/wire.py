@@ -7,7 +7,6 @@ survives a PTY and any locale, one line per message.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -62,15 +61,3 @@ def error(code: str, title: str, message: str, remedy: str = "",
     return event
 
 
-def fsync_dir(path: str) -> None:
-    """Make a rename durable (best effort; some filesystems refuse)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

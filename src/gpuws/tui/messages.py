@@ -126,14 +126,6 @@ class PullDone(Message, bubble=False):
         super().__init__()
 
 
-class RunStartedHere(Message, bubble=False):
-    """The pod accepted a run this app asked for."""
-
-    def __init__(self, info: protocol.RunInfo) -> None:
-        self.info = info
-        super().__init__()
-
-
 class Exported(Message, bubble=False):
     """A session was written as markdown to ``path``."""
 

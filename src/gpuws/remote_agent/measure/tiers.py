@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .. import procs, runs, wire
 from ..pod import clocks, gpusel, pythons
+from . import torch_profile
 
 if TYPE_CHECKING:
     from ..worker import RunContext
@@ -390,7 +391,8 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
         ran = True
         found = tier2_torch(ctx, torch_argv, False, tried)
         if found is not None:
-            return finish_tier2(ctx, t0, found[0], "torch.profiler", tried, found[1])
+            return finish_tier2(ctx, t0, found[0], torch_profile.source_label(False), tried,
+                                found[1])
     elif python:
         tried.append("torch.profiler: torch is not installed")
     elif inject and not procs.CANCELLED["flag"]:
@@ -398,7 +400,7 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
         found = tier2_recorded(ctx, recorded, tried) if recorded is not None \
             else tier2_torch(ctx, target, True, tried)
         if found is not None:
-            return finish_tier2(ctx, t0, found[0], "torch.profiler (injected)", tried,
+            return finish_tier2(ctx, t0, found[0], torch_profile.source_label(True), tried,
                                 found[1])
     if not procs.CANCELLED["flag"]:
         sel = pod.select_ncu([])

@@ -11,7 +11,6 @@ from rich.text import Text
 from textual.widget import Widget
 
 from .... import protocol
-from ....live.model import RunModel
 from .metrics_table import ProfiledLaunch
 
 # Braille dot bits by (column, row) inside one character cell of 2×4 dots.
@@ -105,11 +104,6 @@ class Roofline(Widget):
         """Redraw with these roofs and points."""
         self._ceilings, self._points, self._notes = ceilings, points, notes
         self.refresh()
-
-    def show_model(self, model: RunModel, probe: protocol.Probe | None) -> None:
-        """Redraw from a run's snapshot."""
-        points, notes = points_from(model.tier1, model.metrics)
-        self.show(ceilings_from(model.tier1, probe), points, notes)
 
     def render(self) -> RenderableType:
         c = self._ceilings
