@@ -30,6 +30,10 @@ from pathlib import Path
 PTY_PROXY = Path(__file__).resolve().parent / "transport" / "pty_proxy.sh"
 
 
+#: Where sshd must be there (CI, scripts/test, which installs it), a test that needs it
+#: fails when it is missing instead of skipping: hundreds of green skips hide a broken set-up.
+REQUIRE_SSHD = bool(os.environ.get("CI") or os.environ.get("GPUWS_REQUIRE_SSHD"))
+
 #: A folder made by tests/gpu/make_carry.sh: run that sshd instead of the system's.
 CARRIED_ENV = "GPUWS_CARRIED_SSHD"
 
@@ -88,6 +92,11 @@ def find_sshd() -> str | None:
         if cand and os.path.exists(cand):
             return cand
     return None
+
+
+def sshd_missing_may_skip() -> bool:
+    """Whether a test needing sshd may skip: sshd is missing and not required here."""
+    return find_sshd() is None and not REQUIRE_SSHD
 
 
 def free_port() -> int:

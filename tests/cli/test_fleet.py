@@ -37,9 +37,9 @@ from gpuws.sessions import store as store_mod
 from gpuws.sessions.export import export_fleet
 from gpuws.sessions.fleet import fleet_comparison
 from gpuws.sessions.store import Store
-from sshd import SshServer, find_sshd, free_port  # type: ignore[import-not-found]
+from sshd import SshServer, free_port, sshd_missing_may_skip  # type: ignore[import-not-found]
 
-pytestmark = pytest.mark.skipif(find_sshd() is None, reason="OpenSSH sshd is not installed")
+pytestmark = pytest.mark.skipif(sshd_missing_may_skip(), reason="OpenSSH sshd is not installed")
 
 
 class Pods:

@@ -50,9 +50,9 @@ from faults.figures import record  # type: ignore[import-not-found]
 from faults.helpers import child_pids, pod_log  # type: ignore[import-not-found]
 from gpuws import protocol
 from gpuws.sessions.store import Store
-from sshd import SshServer, find_sshd  # type: ignore[import-not-found]
+from sshd import SshServer, sshd_missing_may_skip  # type: ignore[import-not-found]
 
-pytestmark = pytest.mark.skipif(find_sshd() is None, reason="OpenSSH sshd is not installed")
+pytestmark = pytest.mark.skipif(sshd_missing_may_skip(), reason="OpenSSH sshd is not installed")
 
 LINES = 150
 #: A numbered line every 0.1 s: about 15 s of output.

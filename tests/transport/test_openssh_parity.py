@@ -26,9 +26,9 @@ import pytest
 from gpuws.cli import main
 from gpuws.errors import AuthError, ConnectError
 from gpuws.transport.ssh import SSHTransport
-from sshd import SshServer, find_sshd, free_port  # type: ignore[import-not-found]
+from sshd import SshServer, free_port, sshd_missing_may_skip  # type: ignore[import-not-found]
 
-pytestmark = pytest.mark.skipif(shutil.which("ssh") is None or find_sshd() is None,
+pytestmark = pytest.mark.skipif(shutil.which("ssh") is None or sshd_missing_may_skip(),
                                 reason="needs OpenSSH's ssh and sshd (scripts/test installs "
                                        "openssh-client and openssh-server)")
 
