@@ -282,8 +282,11 @@ def test_ctrl_c_records_each_pod_and_leaves_the_runs_going(
     gate = tmp_path / "go"
     argv = [sys.executable, "-m", "gpuws.cli", *fleet_argv(pods.config, ["pod0", "pod1"],
                                                            gated(gate))]
+    # A pytest started with SIGINT ignored (nohup, `cmd &`, some CI runners) passes the
+    # "ignore" on to its children: give gpuws the default, as a terminal would.
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ))
+                            env=dict(os.environ),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         asyncio.run(until(lambda: all(pods.printed(i, b"first-3") for i in range(2)),
                           "both pods to be running"))
