@@ -56,3 +56,19 @@ async def test_installing_ncu_asks_first_and_cancel_changes_nothing() -> None:
         await until(pilot, lambda: app.screen is screen)
         assert not [w for w in app.workers if w.group == "ncu"]  # nothing was installed
         await app.shutdown()
+
+
+async def test_help_names_the_screen_for_people() -> None:
+    """? on the dashboard lists its keys under "dashboard", not a class name."""
+    from gpuws.tui.screens.help import HelpScreen
+
+    app = GpuwsApp(StartHome(), ssh_config="/nonexistent/gpuws-test/ssh_config")
+    async with app.run_test(size=(120, 50)) as pilot:
+        await app.push_screen(DashboardScreen("pod", h200_probe(), "ssh+sftp",
+                                              TelemetryHistory()))
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert isinstance(app.screen, HelpScreen)
+        title = app.screen.keys_table().title
+        assert title == "Keys on this screen (dashboard)"
+        await app.shutdown()

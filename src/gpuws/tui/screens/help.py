@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from rich.table import Table
@@ -28,6 +29,13 @@ OVERVIEW = (
 )
 
 
+def screen_name(screen: Screen[object]) -> str:
+    """A screen's name for people: ``DashboardScreen`` → ``dashboard``, ``ArtifactsScreen``
+    → ``artifacts`` (the class name is an implementation detail)."""
+    name = re.sub(r"Screen$", "", type(screen).__name__) or "this screen"
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", name).lower()
+
+
 class HelpScreen(ModalScreen[None]):
     """Explains gpuws and lists the keys of the screen it was opened from."""
 
@@ -46,12 +54,13 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(self._keys())
+            yield Static(self.keys_table())
             yield Static(Text("\nWhat gpuws does", "bold"))
             yield Static(OVERVIEW)
 
-    def _keys(self) -> Table:
-        table = Table(title=f"Keys on this screen ({self.under.__class__.__name__})",
+    def keys_table(self) -> Table:
+        """The keys of the screen below, titled with its name."""
+        table = Table(title=f"Keys on this screen ({screen_name(self.under)})",
                       title_justify="left", expand=True)
         table.add_column("key", no_wrap=True)
         table.add_column("action")
