@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpuws import protocol
+from gpuws import physical, protocol
 from gpuws.errors import UsageError
 from gpuws.gpu import clocks
 from gpuws.remote_agent.measure.stats import percentile
@@ -187,7 +187,8 @@ def compare_runs(store: Store, a: str, b: str) -> Comparison:
         StoreError: a run id is unknown or ambiguous.
     """
     run_a, run_b = store.run(a), store.run(b)
-    samples_a, samples_b = store.samples(run_a.run_id), store.samples(run_b.run_id)
+    samples_a = _timed(store.samples(run_a.run_id))
+    samples_b = _timed(store.samples(run_b.run_id))
     missing = [r.run_id for r, s in ((run_a, samples_a), (run_b, samples_b)) if not s]
     tier1 = None
     reason = ""
@@ -225,6 +226,12 @@ def compare_runs(store: Store, a: str, b: str) -> Comparison:
                       clock_caution_b=clocks.caution(clocks_b) or "",
                       differences=gpu_differences(gpu_a, gpu_b, clocks_a, clocks_b),
                       cycle_ratio=ratio, cycle_note=note)
+
+
+def _timed(values: list[float]) -> list[float]:
+    """The samples a ratio of times can use: physical (:mod:`gpuws.physical`; an older
+    gpuws stored 1e308 and 0 from a lying pod) and above zero (a median of 0 divides)."""
+    return [v for v in physical.keep(values, "ms") if v > 0]
 
 
 def _cycles(median_ms: float, clock: protocol.ClockRange | None) -> str:
