@@ -120,9 +120,13 @@ FIELDS: dict[tuple[str, str], str] = {
 }
 
 #: Numbers checked elsewhere: the envelope (``seq``, ``ts``: the boundary's own rules) and
-#: ``Diagnosis.details`` (free-form, shown as text, never computed with).
+#: the ``RunSpec`` a ``run_started`` echoes (the laptop's own choice, shown, never divided
+#: by). ``Diagnosis.details`` is free-form (``Any``): shown as text, never computed with.
 UNCHECKED: frozenset[tuple[str, str]] = frozenset({
-    ("Event", "seq"), ("Event", "ts"), ("Event", "req"), ("Diagnosis", "details"),
+    ("Event", "seq"), ("Event", "ts"), ("Event", "req"),
+    ("RunSpec", "tiers"), ("RunSpec", "target_ci"), ("RunSpec", "max_seconds"),
+    ("RunSpec", "min_samples"), ("RunSpec", "warmup"), ("RunSpec", "launch_skip"),
+    ("RunSpec", "launch_count"), ("RunSpec", "timeout_s"), ("RunSpec", "profile_iters"),
 })
 
 def within(value: float | None, kind: str) -> bool:

@@ -12,8 +12,8 @@ import time
 
 import msgspec
 
-from gpuws.config import Config, host_config
 from gpuws import physical
+from gpuws.config import Config, host_config
 from gpuws.errors import UsageError
 from gpuws.sessions.store import PhaseRow, Store
 
