@@ -35,13 +35,16 @@ BOUNDS: dict[str, Bound] = {
     "ms": Bound(0.0, 86_400_000.0, "ms"),
     "ns": Bound(0.0, 1e17, "ns"),  # a whole Tier-2 table: about three years of GPU time
     "s": Bound(0.0, 1e9, "s"),  # a run's or a tier's wall time: about thirty years
-    "time": Bound(0.0, 4e10, "s"),  # a unix time (year 3237; datetime ends at 9999)
+    "time": Bound(0.0, 4e10, "s"),  # a unix time (0: unknown; year 3237; datetime: 9999)
     "ratio": Bound(0.0, 1e6, ""),  # the CI's relative half-width
     # A share of a whole (utilisation, occupancy, a stall's share, progress).
     "share": Bound(-1.0, 101.0, "%"),
     # A percentage of a peak or a speed-up: above 100 is possible (L2-resident data
     # beats the DRAM peak), thousands of times above is not.
     "pct": Bound(0.0, 100_000.0, "%"),
+    # A share computed from overlapping spans (copies on several streams, kernels
+    # overlapping a gap): a little outside 0..100 is honest, thousands of % are not.
+    "span_pct": Bound(-1_000.0, 100_000.0, "%"),
     "gbps": Bound(0.0, 1e7, "GB/s"),
     "tflops": Bound(0.0, 1e7, "TFLOP/s"),
     "amount": Bound(0.0, 1e21, ""),  # bytes or FLOPs of one call (a zettabyte)
@@ -53,6 +56,7 @@ BOUNDS: dict[str, Bound] = {
     "count": Bound(0.0, 2.0**53, ""),  # calls, samples, passes, launches, SMs
     "small": Bound(0.0, 1_000_000.0, ""),  # registers, a block's threads, a batch
     "tier": Bound(0.0, 99.0, ""),
+    "last_seq": Bound(-1.0, 2.0**31 - 1, ""),  # -1: a run with no event yet (the agent's)
     "index": Bound(0.0, 65_535.0, ""),  # a GPU's index
     "pid": Bound(0.0, 2.0**32, ""),
     "exit": Bound(-(2.0**31), 2.0**32, ""),
@@ -74,7 +78,7 @@ FIELDS: dict[tuple[str, str], str] = {
     ("Probe", "uid"): "pid", ("Probe", "cpu_count"): "small",
     ("Probe", "memory_total_mib"): "mib", ("Probe", "probe_s"): "s",
     ("StatResult", "size"): "bytes",
-    ("RunInfo", "started"): "time", ("RunInfo", "last_seq"): "count", ("RunInfo", "pid"): "pid",
+    ("RunInfo", "started"): "time", ("RunInfo", "last_seq"): "last_seq", ("RunInfo", "pid"): "pid",
     ("GpuTarget", "index"): "index",
     ("RunStarted", "pid"): "pid",
     ("TierStarted", "tier"): "tier",
@@ -101,9 +105,9 @@ FIELDS: dict[tuple[str, str], str] = {
     ("Tier1Result", "l2_flush_bytes"): "bytes", ("Tier1Result", "cold_gap_ms"): "ms",
     ("KernelRow", "calls"): "count", ("KernelRow", "total_ns"): "ns",
     ("KernelRow", "mean_ns"): "ns", ("KernelRow", "share_pct"): "share",
-    ("KernelTable", "gpu_idle_pct"): "share", ("KernelTable", "memcpy_pct"): "share",
+    ("KernelTable", "gpu_idle_pct"): "span_pct", ("KernelTable", "memcpy_pct"): "span_pct",
     ("NcuProgress", "percent"): "share", ("NcuProgress", "passes"): "count",
-    ("Stall", "pct"): "share",
+    ("Stall", "pct"): "span_pct",
     ("KernelMetrics", "launch"): "count", ("KernelMetrics", "metrics"): "metric",
     ("Rule", "est_speedup_pct"): "pct",
     ("StaticAnalysis", "registers_per_thread"): "small",
