@@ -14,7 +14,7 @@ from gpuws.commands.run import build_spec as cli_build_spec
 from gpuws.errors import UsageError
 from gpuws.live.feed import Batch, EventFeed
 from gpuws.live.model import RunModel
-from gpuws.live.replay import MAX_GAP_S, play, read_file
+from gpuws.live.replay import MAX_GAP_S, RecordingFile, check_file, play
 from gpuws.live.storeio import StoreHandle
 from gpuws.runspec import LaunchOptions, build_spec
 from gpuws.sessions.store import Store
@@ -91,8 +91,9 @@ def test_feed_stores_each_batch_before_delivering_it(tmp_path: Path) -> None:
 def test_replay_file_pacing_and_bad_lines(tmp_path: Path) -> None:
     source = tmp_path / "rec.ndjson"
     source.write_bytes(RECORDING.read_bytes() + b"not json\n")
-    rec = read_file(source)
-    assert len(rec.events) == 34 and len(rec.bad_lines) == 1 and rec.run_ids == [RUN]
+    reader = RecordingFile(source).open()
+    events = [e for batch in iter(reader.batch, []) for e in batch]
+    assert len(events) == 34 and reader.bad_lines == 1 and list(reader.run_ids) == [RUN]
     pushed: list[protocol.Events] = []
     waits: list[float] = []
     opened: list[str] = []
@@ -103,17 +104,17 @@ def test_replay_file_pacing_and_bad_lines(tmp_path: Path) -> None:
     async def on_run(run_id: str) -> None:
         opened.append(run_id)
 
-    asyncio.run(play(rec.events, pushed.append, speed=1.0, sleep=sleep, on_run=on_run))
-    assert pushed == rec.events and opened == [RUN]
+    asyncio.run(play(events, pushed.append, speed=1.0, sleep=sleep, on_run=on_run))
+    assert pushed == events and opened == [RUN]
     # Recorded gaps kept, but the longest (Tier 2's 5.9 s of torch.profiler) capped.
-    assert waits[0] == pytest.approx(rec.events[1].ts - rec.events[0].ts)
+    assert waits[0] == pytest.approx(events[1].ts - events[0].ts)
     assert max(waits) == MAX_GAP_S
     waits.clear()
-    asyncio.run(play(rec.events, pushed.append, speed=4.0, sleep=sleep))
-    assert waits[0] == pytest.approx((rec.events[1].ts - rec.events[0].ts) / 4)
+    asyncio.run(play(events, pushed.append, speed=4.0, sleep=sleep))
+    assert waits[0] == pytest.approx((events[1].ts - events[0].ts) / 4)
     with pytest.raises(UsageError, match="no run events"):
         (tmp_path / "empty.ndjson").write_text("{}\n")
-        read_file(tmp_path / "empty.ndjson")
+        check_file(tmp_path / "empty.ndjson")
 
 
 def test_home_lists_config_aliases_and_used_hosts(tmp_path: Path) -> None:

@@ -149,6 +149,8 @@ def render(r: dict[str, Any]) -> None:
     out.print(t)
     if r["gpus"]:
         out.print(gpu_table(msgspec.convert(r["gpus"], list[Gpu])))
+        if r["gpu_error"]:  # e.g. the list was cut at the boundary's bound
+            out.print(Text.assemble(("! ", "bold yellow"), safe(r["gpu_error"], "yellow")))
     else:
         out.print(Text.assemble(("GPUs: none", "yellow"), " — ",
                                 safe(r["gpu_error"] or "no NVIDIA GPU found")))

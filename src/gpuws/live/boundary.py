@@ -12,6 +12,8 @@ has looked at it:
   is passed on for the store to deduplicate (or report, if its body differs);
 - ``ts`` is finite and near the run's time;
 - strings, lists, maps and nesting are bounded, integers fit SQLite, floats are finite;
+- every number is physical (:mod:`gpuws.physical`): no kernel time of 1e308 s, no
+  negative duration, no share of 5,000 %, no absurd GB/s;
 - an artifact's name is a plain relative path inside the run's artifact directory, its
   remote path is exactly that file in the run's directory, its size and sha256 are sane.
 
@@ -34,8 +36,9 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from .. import protocol
+from .. import physical, protocol
 from ..errors import ProtocolError
+from ..gpu.gpus import MAX_INDEX as MAX_GPU_INDEX
 from ..sessions.artifacts import name_problem
 from ..sessions.store import REFUSAL_MARK
 from ..text.textsafe import visible
@@ -165,6 +168,7 @@ class Boundary:
             try:
                 _check_ts(ev.ts, None, self.now())
                 _check_bounds(ev)
+                _check_physical(ev)
             except Refused as why:
                 self._refuse(why.kind, f"{type(ev).__name__}: {why.message}")
                 return None
@@ -196,6 +200,7 @@ class Boundary:
         try:
             _check_ts(ev.ts, run.started, self.now())
             _check_bounds(ev)
+            _check_physical(ev)
             if isinstance(ev, protocol.RunStarted) and seq == 0:
                 run.started = run.started or ev.ts
                 run.run_dir = run.run_dir or ev.run_dir
@@ -277,6 +282,18 @@ def _walk(value: Any, depth: int) -> None:
             _walk(getattr(value, name), depth + 1)
 
 
+def _check_physical(ev: protocol.Events) -> None:
+    """Refuse a number no GPU, clock or run produces (the bounds: :mod:`gpuws.physical`).
+
+    Separate from :func:`_walk`'s size bounds: those keep memory flat, these keep every
+    later view's arithmetic finite (a stored 1e308 once crashed the histogram each time the
+    run was opened).
+    """
+    why = physical.problem(ev)
+    if why is not None:
+        raise Refused("value", why)
+
+
 def _check_artifact(ev: protocol.Artifact, run_dir: str | None) -> None:
     # The same rule the pull applies before writing (one rule for names on the laptop).
     why = name_problem(ev.name)
@@ -312,12 +329,33 @@ def check_answer(ev: AnswerT) -> AnswerT:
     Raises:
         ProtocolError: the answer was refused; the message says why.
     """
+    if isinstance(ev, protocol.ProbeResult):
+        ev = bound_gpu_list(ev)
     why: list[str] = []
     if Boundary(on_refusal=lambda _kind, message, _n: why.append(message)).check(ev) is None:
         raise ProtocolError(f"the pod's answer was refused: {why[0] if why else '?'}",
                             title="Refused answer",
                             remedy="the agent on the pod is not gpuws's own; reconnect")
     return ev
+
+
+#: Most GPUs a probe may list: CUDA numbers at most 64 devices per process (``--gpu``
+#: takes 0..63). A pod announcing 1,000 froze the dashboard for 10 s; 5,000 crashed it.
+MAX_GPUS = MAX_GPU_INDEX + 1
+
+
+def bound_gpu_list(ev: protocol.ProbeResult) -> protocol.ProbeResult:
+    """The probe with at most :data:`MAX_GPUS` GPUs; what was cut is said in ``gpu_error``
+    (the dashboard and ``doctor`` show it beside the GPUs kept)."""
+    gpus = ev.probe.gpus
+    if len(gpus) <= MAX_GPUS:
+        return ev
+    note = (f"the pod listed {len(gpus):,} GPUs; gpuws keeps the first {MAX_GPUS} "
+            "(no machine has more)")
+    if ev.probe.gpu_error:
+        note += f"; {ev.probe.gpu_error}"
+    probe = msgspec.structs.replace(ev.probe, gpus=gpus[:MAX_GPUS], gpu_error=note)
+    return msgspec.structs.replace(ev, probe=probe)
 
 
 def is_refusal(ev: protocol.Events) -> bool:

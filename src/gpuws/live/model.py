@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .. import protocol
+from .. import physical, protocol
 from ..remote_agent.measure.stats import median_ci_ranks, percentile
 from .boundary import SeqGate
 
@@ -160,6 +160,9 @@ class RunModel:
     artifacts: list[protocol.Artifact] = field(default_factory=list)
     finished: protocol.RunFinished | None = None
     event_count: int = 0
+    #: Stored samples that are no time a call takes (1e308 ms, negative, NaN), left out of
+    #: every figure: an older gpuws stored them before the boundary refused them.
+    samples_dropped: int = 0
     #: Joins the pieces of long output lines for the log pane.
     joiner: LineJoiner = field(default_factory=LineJoiner)
 
@@ -189,8 +192,10 @@ class RunModel:
     def _fold(self, ev: protocol.Events, lines: list[LogLine]) -> Part:
         # One branch per event type; the returned part tells the panes what to redraw.
         if isinstance(ev, protocol.Samples):
-            self.samples.extend(ev.values_ms)
-            self._unsorted.extend(ev.values_ms)  # sorted in when a pane next asks
+            values = physical.keep(ev.values_ms, "ms")
+            self.samples_dropped += len(ev.values_ms) - len(values)
+            self.samples.extend(values)
+            self._unsorted.extend(values)  # sorted in when a pane next asks
             return "samples"
         if isinstance(ev, protocol.Output):
             line = self.joiner.feed(ev)

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpuws import protocol
+from gpuws import physical, protocol
 from gpuws.errors import UsageError
 from gpuws.gpu import clocks
 from gpuws.remote_agent.measure.stats import percentile
@@ -187,7 +187,8 @@ def compare_runs(store: Store, a: str, b: str) -> Comparison:
         StoreError: a run id is unknown or ambiguous.
     """
     run_a, run_b = store.run(a), store.run(b)
-    samples_a, samples_b = store.samples(run_a.run_id), store.samples(run_b.run_id)
+    samples_a = _timed(store.samples(run_a.run_id))
+    samples_b = _timed(store.samples(run_b.run_id))
     result_a, result_b = store.tier1(run_a.run_id), store.tier1(run_b.run_id)
     samples_a, samples_b, timer_note = _same_timer(samples_a, result_a, samples_b, result_b)
     missing = [r.run_id for r, s in ((run_a, samples_a), (run_b, samples_b)) if not s]
@@ -252,6 +253,12 @@ def _same_timer(samples_a: list[float], result_a: protocol.Tier1Result | None,
     return samples_a, samples_b, (
         f"only {newer} had the timer's own cost ({humanfmt.ms(cost)}) taken out "
         "of its samples; it is put back for this comparison")
+
+
+def _timed(values: list[float]) -> list[float]:
+    """The samples a ratio of times can use: physical (:mod:`gpuws.physical`; an older
+    gpuws stored 1e308 and 0 from a lying pod) and above zero (a median of 0 divides)."""
+    return [v for v in physical.keep(values, "ms") if v > 0]
 
 
 def _cycles(median_ms: float, clock: protocol.ClockRange | None) -> str:

@@ -12,6 +12,7 @@ import time
 
 import msgspec
 
+from gpuws import physical
 from gpuws.config import Config, host_config
 from gpuws.errors import UsageError
 from gpuws.sessions.store import PhaseRow, Store
@@ -113,7 +114,10 @@ def economics(store: Store, session_id: str, now: float | None = None) -> Econom
         stop = p.ended if p.ended is not None else max(end, p.started)
         duration = stop - p.started
         rows.append(PhaseCost(phase=p.phase, run_id=p.run_id, started=p.started,
-                              duration_s=duration, gpu_s=p.gpu_s, cost_usd=cost(duration),
+                              # A stored 1e308 (before the boundary refused it) summed to
+                              # inf and crashed the export: not measured, then.
+                              duration_s=duration, gpu_s=physical.sane(p.gpu_s, "s"),
+                              cost_usd=cost(duration),
                               open=p.ended is None))
         intervals.append(_clip(p, stop, session.started, end))
     busy = _union_length(intervals)

@@ -264,6 +264,8 @@ class GpuwsApp(App[int]):
         screens = self.run_screens.get(screen.run_id, [])
         if screen in screens:
             screens.remove(screen)
+        if not screens:  # no map entry per id a recording (or a pod) ever named
+            self.run_screens.pop(screen.run_id, None)
 
     def note_shown(self, arrived: list[float]) -> None:
         """Record arrival-to-pane latencies (only while measuring)."""
@@ -389,9 +391,15 @@ class GpuwsApp(App[int]):
         return screen
 
     def leave_run(self, screen: RunScreen) -> None:
-        """Close a run's screen; the run goes on and its events are still recorded."""
+        """Close a run's screen; the run goes on and its events are still recorded.
+
+        Leaving the last screen of ``gpuws replay`` leaves the replay: gpuws exits, as the
+        footer's "esc Leave replay" says (before, it stayed with a toast).
+        """
         if len(self.screen_stack) > 2:
             self.pop_screen()
+        elif not screen.live and isinstance(self.start, StartReplay):
+            self.exit(0)
         elif self.link is None:
             self.notify("this is the only screen; q quits", timeout=4)
 

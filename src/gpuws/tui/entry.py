@@ -6,9 +6,11 @@ Imported only by those commands, so the headless ones never load Textual.
 from __future__ import annotations
 
 import argparse
+import asyncio
 from pathlib import Path
 
 from ..live.link import Target
+from ..live.replay import check_file, check_session, check_speed
 from ..live.storeio import StoreHandle
 from .app import GpuwsApp, Start, StartConnect, StartHome, StartReplay
 
@@ -16,7 +18,7 @@ from .app import GpuwsApp, Start, StartConnect, StartHome, StartReplay
 def make_app(start: Start, *, ssh_config: str | None = None) -> GpuwsApp:
     """The app for a start mode; a file replay gets a throwaway store."""
     store = None
-    if isinstance(start, StartReplay) and Path(start.source).expanduser().is_file():
+    if isinstance(start, StartReplay) and Path(start.source).expanduser().exists():
         store = StoreHandle.throwaway()
     return GpuwsApp(start, store=store, ssh_config=ssh_config)
 
@@ -44,6 +46,20 @@ async def connect(args: argparse.Namespace) -> int:
 
 
 async def replay(args: argparse.Namespace) -> int:
-    """``gpuws replay FILE|SESSION``."""
+    """``gpuws replay FILE|SESSION``: the file (or session) and the speed are checked before
+    the TUI opens, so a mistake is one ``gpuws: …`` line and exit 2, never a blank TUI."""
     speed = None if args.instant else args.speed
+    check_speed(speed)
+    path = Path(args.source).expanduser()
+    if path.exists():
+        await asyncio.to_thread(check_file, path, args.run)
+    else:
+        await asyncio.to_thread(_check_stored, args.source, args.run)
     return await run_app(make_app(StartReplay(args.source, speed=speed, run=args.run)))
+
+
+def _check_stored(session: str, run: str | None) -> None:
+    from ..sessions.store import Store
+
+    with Store() as store:
+        check_session(store, session, run)

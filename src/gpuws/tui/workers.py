@@ -17,7 +17,7 @@ from textual.screen import Screen
 from .. import protocol
 from ..errors import GpuwsError, StoreError
 from ..live.link import Link, Target
-from ..live.replay import play, read_file, read_session
+from ..live.replay import MAX_RUNS, RecordingFile, play, read_session, stream
 from ..locations import ensure_private_dir
 from ..sessions.cost import economics as session_economics
 from ..sessions.export import export_session
@@ -257,38 +257,74 @@ async def load_artifacts(app: GpuwsApp, screen: Screen[Any]) -> None:
 
 
 # ---------------------------------------------------------------------- replay
+#: Run screens a replay keeps open at once (the person goes back through them with esc).
+MAX_REPLAY_SCREENS = 8
+
+
 async def replay(app: GpuwsApp, start: StartReplay) -> None:
-    """Play a recording through the feed (store first), opening each run's panes."""
+    """Play a recording through the feed (store first), opening each run's panes.
+
+    A file is read a batch at a time as it plays (never whole, at most
+    ``replay.MAX_RECORDING_BYTES``); at most :data:`MAX_REPLAY_SCREENS` run screens stay
+    open, the next run's screen taking the place of the newest, so a recording with
+    hundreds of run ids cannot open hundreds of screens.
+    """
     path = Path(start.source).expanduser()
-    if path.is_file():
+    rec_file: RecordingFile | None = None
+    if path.exists():
         if not app.store.is_throwaway:
             raise StoreError("a file replay needs a throwaway store",
                              remedy="start it with `gpuws replay FILE`")
-        rec = await asyncio.to_thread(read_file, path)
-        first, last = rec.events[0].ts, rec.events[-1].ts
+        rec_file = RecordingFile(path, only_run=start.run).open()
+        events: Any = stream(rec_file)
+        label = rec_file.label
+        first = await _first_ts(rec_file)
         session_id = await app.store.call(
             lambda s: s.open_session(f"replay of {path.name}", "replay", None, None,
                                      started=first))
     else:
         session_id, rec = await app.store.call(lambda s: read_session(s, start.source,
                                                                       start.run))
-        last = None
-    if rec.bad_lines:
-        app.notify(f"{len(rec.bad_lines)} unreadable line(s) skipped: "
-                   f"{visible(rec.bad_lines[0].reason, 200)}", severity="warning", markup=False)
+        events, label = rec.events, rec.label
     app.feed.set_session(session_id)
+    last_ts: list[float] = []
+
+    def push(ev: protocol.Events) -> None:
+        last_ts[:] = [ev.ts]
+        app.engine.push_recorded(ev)
 
     async def open_run(run_id: str) -> None:
         from .screens.run import RunScreen
 
+        screen = RunScreen(run_id, live=False, backfill=False)
+        open_replays = [s for s in app.screen_stack if isinstance(s, RunScreen) and not s.live]
         # Awaited until mounted: the run's first events must find its screen registered.
-        await app.push_screen(RunScreen(run_id, live=False, backfill=False))
+        if len(open_replays) >= MAX_REPLAY_SCREENS and app.screen in open_replays:
+            await app.switch_screen(screen)  # the one it replaces is unmounted and freed
+        else:
+            await app.push_screen(screen)
 
-    await play(rec.events, app.engine.push_recorded, speed=start.speed, on_run=open_run)
+    count = await play(events, push, speed=start.speed, on_run=open_run,
+                       backlog=lambda: app.feed.backlog, drained=app.feed.drained)
     await app.feed.drained()
-    if last is not None:
-        await app.store.call(lambda s: s.end_session(session_id, ended=last))
-    app.notify(f"replay of {rec.label} finished: {len(rec.events)} events", timeout=6)
+    if rec_file is not None and last_ts:
+        await app.store.call(lambda s: s.end_session(session_id, ended=last_ts[0]))
+    if rec_file is not None and (rec_file.bad_lines or rec_file.skipped_events):
+        bad = rec_file.first_bad
+        why = f" ({visible(bad.reason, 200)})" if bad is not None else ""
+        skipped = (f"; {rec_file.skipped_events:,} events of runs past the first "
+                   f"{MAX_RUNS} skipped" if rec_file.skipped_events else "")
+        app.notify(f"{rec_file.bad_lines:,} unreadable line(s) skipped{why}{skipped}",
+                   severity="warning", markup=False)
+    app.notify(f"replay of {visible(label, 200)} finished: {count} events", timeout=6,
+               markup=False)
+
+
+async def _first_ts(rec: RecordingFile) -> float | None:
+    """The first event's time, without reading past it (peeked and put back)."""
+    batch = await asyncio.to_thread(rec.batch, 1)
+    rec.unread(batch)
+    return batch[0].ts if batch else None
 
 
 # ---------------------------------------------------------------------- helpers

@@ -38,6 +38,9 @@ def render_probe(p: protocol.Probe) -> Text:
         text.append(p.gpu_error or "none found")
     for g in p.gpus:
         text.append_text(render_gpu(g))
+    if p.gpus and p.gpu_error:  # e.g. the pod listed more GPUs than the boundary keeps
+        text.append("\n! ", "bold yellow")
+        text.append(visible(p.gpu_error, 300), "yellow")
     text.append("\ndriver ", "bold")
     text.append(f"{p.driver or '—'} · CUDA {p.cuda_driver or '—'}")
     text.append("\ntoolkits ", "bold")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import bisect
+import math
 
 from rich.console import RenderableType
 from rich.text import Text
 from textual.widget import Widget
 
+from ....physical import BOUNDS
 from ...fmt import ms
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -37,7 +39,7 @@ class Histogram(Widget):
         self.refresh()
 
     def render(self) -> RenderableType:
-        values = self._sorted
+        values = _physical(self._sorted)
         width, height = self.size.width, self.size.height
         if not values or width < 10 or height < 3:
             return Text("no samples yet", style="dim")
@@ -77,7 +79,10 @@ class Histogram(Widget):
         axis = ["─"] * bins
         if self._marks is not None:
             for value, char in zip(self._marks, "[┃]", strict=True):
-                pos = int((value - lo) / (hi - lo) * bins)
+                where = (value - lo) / (hi - lo) * bins
+                if not math.isfinite(where):  # a stored 1e308 median: no mark, no crash
+                    continue
+                pos = int(where)
                 if 0 <= pos < bins:
                     axis[pos] = char
         text = Text("".join(axis), "dim")
@@ -85,3 +90,17 @@ class Histogram(Widget):
             if char in "[┃]":
                 text.stylize("bold yellow", i, i + 1)
         return text
+
+
+def _physical(values: list[float]) -> list[float]:
+    """The ascending samples that are times a call can take (a slice, only when needed).
+
+    The model leaves others out already; this keeps the arithmetic below finite whatever
+    it is handed (1e308 − (−1e308) is inf, and int(inf) raises).
+    """
+    bound = BOUNDS["ms"]
+    if not values or (values[0] >= bound.low and values[-1] <= bound.high):
+        return values
+    lo = bisect.bisect_left(values, bound.low)
+    hi = bisect.bisect_right(values, bound.high)
+    return [v for v in values[lo:hi] if math.isfinite(v)]

@@ -10,7 +10,7 @@ from rich.console import RenderableType
 from rich.text import Text
 from textual.widget import Widget
 
-from .... import protocol
+from .... import physical, protocol
 from .metrics_table import ProfiledLaunch
 
 # Braille dot bits by (column, row) inside one character cell of 2×4 dots.
@@ -49,7 +49,9 @@ class RoofPoint:
 def ceilings_from(tier1: protocol.Tier1Result | None,
                   probe: protocol.Probe | None) -> Ceilings | None:
     """Tier 1's peaks (measured bandwidth where it measured it), else the GPU's datasheet."""
-    if tier1 is not None and tier1.peak_gbps and tier1.peak_tflops:
+    if (tier1 is not None and _roof(tier1.peak_gbps, _GBPS_RANGE)
+            and _roof(tier1.peak_tflops, _TFLOPS_RANGE)):
+        assert tier1.peak_gbps is not None and tier1.peak_tflops is not None
         return Ceilings(tier1.peak_gbps, tier1.peak_tflops, tier1.peak_source or "Tier 1")
     if probe is not None and probe.gpus:
         from ....remote_agent.measure.tier1 import datasheet_peaks
@@ -71,20 +73,46 @@ def points_from(model_tier1: protocol.Tier1Result | None,
     notes: list[str] = []
     t1 = model_tier1
     if t1 is not None and t1.bytes and t1.flops and t1.tflops:
-        points.append(RoofPoint("workload (Tier 1)", t1.flops / t1.bytes, t1.tflops,
-                                "declared bytes and FLOPs, CUDA-event time"))
+        _place(points, notes, RoofPoint("workload (Tier 1)", t1.flops / t1.bytes, t1.tflops,
+                                        "declared bytes and FLOPs, CUDA-event time"))
     for launch in launches:
         m = launch.metrics
         flops, dram, dur = m.get("flops"), m.get("dram_bytes"), m.get("duration_ns")
         ai = m.get("arithmetic_intensity")
         if ai is None and flops and dram:
             ai = flops / dram
-        if ai and flops and dur:
-            points.append(RoofPoint(f"{launch.kernel} #{launch.launch}", ai,
-                                    flops / (dur * 1e-9) / 1e12, "ncu: FLOPs / DRAM bytes"))
+        seconds = dur * 1e-9 if dur else 0.0  # 0 also when a stored 5e-324 ns underflows
+        if ai and flops and seconds > 0:
+            _place(points, notes, RoofPoint(f"{launch.kernel} #{launch.launch}", ai,
+                                            flops / seconds / 1e12, "ncu: FLOPs / DRAM bytes"))
         else:
             notes.append(f"{launch.kernel}: ncu measured no FLOP count, so it has no point")
     return points, notes
+
+
+#: Where a point can sit on the chart: arithmetic intensity (FLOP/B) and TFLOP/s.
+_AI_RANGE = (1e-6, 1e9)
+_TFLOPS_RANGE = (1e-9, physical.BOUNDS["tflops"].high)
+
+
+_GBPS_RANGE = (1e-3, physical.BOUNDS["gbps"].high)
+
+
+def _roof(value: float | None, bounds: tuple[float, float]) -> bool:
+    """A roof must be a figure a GPU has (a stored 1e308 or 5e-324 is no roof: the log
+    axes would overflow or reach log10(0))."""
+    return value is not None and bounds[0] <= value <= bounds[1]
+
+
+def _place(points: list[RoofPoint], notes: list[str], point: RoofPoint) -> None:
+    """Add ``point``, or a note when its figures are none a kernel can have (they were
+    stored by a gpuws that did not check them; on a log axis they would overflow)."""
+    if (_AI_RANGE[0] <= point.ai <= _AI_RANGE[1]
+            and _TFLOPS_RANGE[0] <= point.tflops <= _TFLOPS_RANGE[1]):
+        points.append(point)
+    else:
+        notes.append(f"{point.label}: {point.ai:.3g} FLOP/B at {point.tflops:.3g} TFLOP/s "
+                     "is no physical value, so it has no point")
 
 
 class Roofline(Widget):

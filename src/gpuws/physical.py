@@ -1,0 +1,224 @@
+"""What a physical value is, for every number a pod can send (one table, two uses).
+
+The trust boundary (:mod:`gpuws.live.boundary`) refuses an event holding a number no GPU,
+clock or run can produce (a kernel time of 1e308 s, a negative duration, a share of
+5,000 %); the views use the same bounds to clamp what an older gpuws stored before that
+check existed, so a stored event can never make a later view crash.
+
+Bounds are generous on purpose: they must never refuse an honest figure, only the ones
+that would overflow arithmetic (``1e308 + 1e308`` is ``inf``; ``round(inf)`` raises) or
+that no hardware reaches. Each is about a thousand times past what the fastest GPU of
+2026 does (an H200 moves 4.8 TB/s; a B200 does 20 PFLOP/s at FP4).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The range a kind of number may take, and its unit (for the refusal's sentence)."""
+
+    low: float
+    high: float
+    unit: str
+
+
+#: The kinds of number, by what they measure.
+BOUNDS: dict[str, Bound] = {
+    # One call, or a statistic of calls: at most a day (Tier 1 stops after seconds).
+    "ms": Bound(0.0, 86_400_000.0, "ms"),
+    "ns": Bound(0.0, 1e17, "ns"),  # a whole Tier-2 table: about three years of GPU time
+    "s": Bound(0.0, 1e9, "s"),  # a run's or a tier's wall time: about thirty years
+    "time": Bound(0.0, 4e10, "s"),  # a unix time (0: unknown; year 3237; datetime: 9999)
+    "ratio": Bound(0.0, 1e6, ""),  # the CI's relative half-width
+    # A share of a whole (utilisation, occupancy, a stall's share, progress).
+    "share": Bound(-1.0, 101.0, "%"),
+    # A percentage of a peak or a speed-up: above 100 is possible (L2-resident data
+    # beats the DRAM peak), thousands of times above is not.
+    "pct": Bound(0.0, 100_000.0, "%"),
+    # A share computed from overlapping spans (copies on several streams, kernels
+    # overlapping a gap): a little outside 0..100 is honest, thousands of % are not.
+    "span_pct": Bound(-1_000.0, 100_000.0, "%"),
+    "gbps": Bound(0.0, 1e7, "GB/s"),
+    "tflops": Bound(0.0, 1e7, "TFLOP/s"),
+    "amount": Bound(0.0, 1e21, ""),  # bytes or FLOPs of one call (a zettabyte)
+    "bytes": Bound(0.0, float(1 << 50), "B"),  # a memory, an L2, a flush buffer
+    "mib": Bound(0.0, float(1 << 30), "MiB"),  # a memory in MiB: an exbibyte
+    "mhz": Bound(0.0, 100_000.0, "MHz"),
+    "w": Bound(0.0, 1_000_000.0, "W"),
+    "c": Bound(-273.15, 1_000.0, "°C"),
+    "count": Bound(0.0, 2.0**53, ""),  # calls, samples, passes, launches, SMs
+    "small": Bound(0.0, 1_000_000.0, ""),  # registers, a block's threads, a batch
+    "tier": Bound(0.0, 99.0, ""),
+    "last_seq": Bound(-1.0, 2.0**31 - 1, ""),  # -1: a run with no event yet (the agent's)
+    "index": Bound(0.0, 65_535.0, ""),  # a GPU's index
+    "pid": Bound(0.0, 2.0**32, ""),
+    "exit": Bound(-(2.0**31), 2.0**32, ""),
+    "metric": Bound(-1e21, 1e21, ""),  # ncu's metrics: free-form units, finite and sane
+}
+
+#: Every numeric field of every event (and of the structs inside them), by kind.
+#: ``tests/security/test_untrusted_numbers.py`` checks that no numeric field is missing.
+FIELDS: dict[tuple[str, str], str] = {
+    ("Hello", "protocol_version"): "count", ("Hello", "pid"): "pid",
+    ("GpuProcess", "pid"): "pid", ("GpuProcess", "used_mib"): "mib",
+    ("Gpu", "index"): "index", ("Gpu", "memory_total_mib"): "mib",
+    ("Gpu", "memory_used_mib"): "mib", ("Gpu", "sm_clock_mhz"): "mhz",
+    ("Gpu", "sm_clock_max_mhz"): "mhz", ("Gpu", "sm_count"): "small",
+    ("Gpu", "l2_bytes"): "bytes", ("Gpu", "mem_clock_mhz"): "mhz",
+    ("Gpu", "mem_clock_max_mhz"): "mhz", ("Gpu", "util_pct"): "share",
+    ("Gpu", "power_w"): "w", ("Gpu", "power_limit_w"): "w", ("Gpu", "temp_c"): "c",
+    ("Counters", "uid"): "pid",
+    ("Probe", "uid"): "pid", ("Probe", "cpu_count"): "small",
+    ("Probe", "memory_total_mib"): "mib", ("Probe", "probe_s"): "s",
+    ("StatResult", "size"): "bytes",
+    ("RunInfo", "started"): "time", ("RunInfo", "last_seq"): "last_seq", ("RunInfo", "pid"): "pid",
+    ("GpuTarget", "index"): "index",
+    ("RunStarted", "pid"): "pid",
+    ("TierStarted", "tier"): "tier",
+    ("TierFinished", "tier"): "tier", ("TierFinished", "wall_s"): "s",
+    ("TierFinished", "gpu_s"): "s",
+    ("Output", "tier"): "tier",
+    ("Samples", "values_ms"): "ms", ("Samples", "batch"): "small",
+    ("TimingStats", "n"): "count", ("TimingStats", "median_ms"): "ms",
+    ("TimingStats", "mean_ms"): "ms", ("TimingStats", "stdev_ms"): "ms",
+    ("TimingStats", "min_ms"): "ms", ("TimingStats", "max_ms"): "ms",
+    ("TimingStats", "p5_ms"): "ms", ("TimingStats", "p95_ms"): "ms",
+    ("TimingStats", "ci_low_ms"): "ms", ("TimingStats", "ci_high_ms"): "ms",
+    ("TimingStats", "ci_rel_halfwidth"): "ratio",
+    ("ClockRange", "samples"): "count", ("ClockRange", "sm_mhz_min"): "mhz",
+    ("ClockRange", "sm_mhz_median"): "mhz", ("ClockRange", "sm_mhz_max"): "mhz",
+    ("ClockRange", "sm_mhz_ceiling"): "mhz", ("ClockRange", "mem_mhz_min"): "mhz",
+    ("ClockRange", "mem_mhz_max"): "mhz", ("ClockRange", "power_w_max"): "w",
+    ("ClockRange", "power_limit_w"): "w", ("ClockRange", "temp_c_max"): "c",
+    ("Tier1Result", "batch"): "small", ("Tier1Result", "warmup"): "count",
+    ("Tier1Result", "bytes"): "amount", ("Tier1Result", "flops"): "amount",
+    ("Tier1Result", "gbps"): "gbps", ("Tier1Result", "tflops"): "tflops",
+    ("Tier1Result", "peak_gbps"): "gbps", ("Tier1Result", "peak_tflops"): "tflops",
+    ("Tier1Result", "pct_peak_bw"): "pct", ("Tier1Result", "pct_peak_flops"): "pct",
+    ("Tier1Result", "l2_flush_bytes"): "bytes", ("Tier1Result", "cold_gap_ms"): "ms",
+    ("KernelRow", "calls"): "count", ("KernelRow", "total_ns"): "ns",
+    ("KernelRow", "mean_ns"): "ns", ("KernelRow", "share_pct"): "share",
+    ("KernelTable", "gpu_idle_pct"): "span_pct", ("KernelTable", "memcpy_pct"): "span_pct",
+    ("NcuProgress", "percent"): "share", ("NcuProgress", "passes"): "count",
+    ("Stall", "pct"): "span_pct",
+    ("KernelMetrics", "launch"): "count", ("KernelMetrics", "metrics"): "metric",
+    ("Rule", "est_speedup_pct"): "pct",
+    ("StaticAnalysis", "registers_per_thread"): "small",
+    ("StaticAnalysis", "shared_mem_per_block"): "bytes",
+    ("StaticAnalysis", "local_mem_per_thread"): "bytes",
+    ("StaticAnalysis", "block_size"): "small",
+    ("StaticAnalysis", "theoretical_occupancy_pct"): "share",
+    ("Artifact", "size"): "bytes",
+    ("RunFinished", "wall_s"): "s", ("RunFinished", "exit_code"): "exit",
+    ("GpuSample", "index"): "index", ("GpuSample", "util_pct"): "share",
+    ("GpuSample", "mem_used_mib"): "mib", ("GpuSample", "sm_clock_mhz"): "mhz",
+    ("GpuSample", "power_w"): "w", ("GpuSample", "temp_c"): "c",
+    ("GpuSample", "mem_clock_mhz"): "mhz",
+}
+
+#: Numbers checked elsewhere: the envelope (``seq``, ``ts``: the boundary's own rules) and
+#: the ``RunSpec`` a ``run_started`` echoes (the laptop's own choice, shown, never divided
+#: by). ``Diagnosis.details`` is free-form (``Any``): shown as text, never computed with.
+UNCHECKED: frozenset[tuple[str, str]] = frozenset({
+    ("Event", "seq"), ("Event", "ts"), ("Event", "req"),
+    ("RunSpec", "tiers"), ("RunSpec", "target_ci"), ("RunSpec", "max_seconds"),
+    ("RunSpec", "min_samples"), ("RunSpec", "warmup"), ("RunSpec", "launch_skip"),
+    ("RunSpec", "launch_count"), ("RunSpec", "timeout_s"), ("RunSpec", "profile_iters"),
+})
+
+def within(value: float | None, kind: str) -> bool:
+    """Whether ``value`` is a physical ``kind`` (None, "not measured", always is)."""
+    if value is None:
+        return True
+    bound = BOUNDS[kind]
+    return (isinstance(value, (int, float)) and math.isfinite(value)
+            and bound.low <= value <= bound.high)
+
+
+def sane(value: float | None, kind: str) -> float | None:
+    """``value`` if it is a physical ``kind``, else None (shown as "not measured").
+
+    For views: a number an older gpuws stored before the boundary checked it must read as
+    missing, never crash a chart.
+    """
+    return value if value is not None and within(value, kind) else None
+
+
+def problem(msg: msgspec.Struct) -> str | None:
+    """The first non-physical number in ``msg`` (an event or a struct inside one), or None.
+
+    The sentence names the field, the value and the range, e.g. ``stats.median_ms =
+    1e+308 is not a physical value (0 … 8.64e+07 ms)``.
+    """
+    return _struct_problem(msg, "")
+
+
+def _struct_problem(msg: msgspec.Struct, path: str) -> str | None:
+    name = type(msg).__name__
+    for field in msg.__struct_fields__:
+        value = getattr(msg, field)
+        where = f"{path}{field}"
+        kind = FIELDS.get((name, field))
+        if kind is not None:
+            why = _value_problem(value, kind, where)
+        elif isinstance(value, msgspec.Struct):
+            why = _struct_problem(value, where + ".")
+        elif isinstance(value, list):
+            why = next((w for i, item in enumerate(value) if isinstance(item, msgspec.Struct)
+                        and (w := _struct_problem(item, f"{where}[{i}].")) is not None), None)
+        else:
+            why = None
+        if why is not None:
+            return why
+    return None
+
+
+def _value_problem(value: Any, kind: str, where: str) -> str | None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            why = _value_problem(item, kind, f"{where}[{key!r}]")
+            if why is not None:
+                return why
+        return None
+    if isinstance(value, list):
+        if value and all(type(v) is float for v in value):
+            # Tier-1 batches hold thousands: min and max decide for all (NaN compares false,
+            # so a NaN makes the range check below fail too).
+            lo, hi = min(value), max(value)
+            # The plain sum cannot overflow once min and max are in range; it is NaN if any is.
+            if within(lo, kind) and within(hi, kind) and math.isfinite(sum(value)):
+                return None
+        for i, item in enumerate(value):
+            why = _value_problem(item, kind, f"{where}[{i}]")
+            if why is not None:
+                return why
+        return None
+    if value is None or isinstance(value, bool) or within(value, kind):
+        return None
+    bound = BOUNDS[kind]
+    unit = f" {bound.unit}" if bound.unit else ""
+    return (f"{where} = {value!r:.40} is not a physical value "
+            f"({bound.low:.6g} … {bound.high:.6g}{unit})")
+
+
+def clamp(value: float, low: float, high: float) -> float:
+    """``value`` inside ``[low, high]``; NaN becomes ``low`` (for drawing only)."""
+    if not value >= low:  # also NaN
+        return low
+    return min(value, high)
+
+
+def keep(values: list[float], kind: str) -> list[float]:
+    """The physical ones of ``values`` (all of them, the common case, without a copy)."""
+    if not values:
+        return values
+    if within(min(values), kind) and within(max(values), kind) and math.isfinite(sum(values)):
+        return values
+    return [v for v in values if within(v, kind)]
