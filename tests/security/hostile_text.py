@@ -76,38 +76,38 @@ _KEEP = {"type", "run_id", "stream", "status", "kind", "level", "mode", "stop_re
 _NOW = time.time()
 
 
-def _poison(value: Any, key: str | None = None) -> Any:
+def _poison(value: Any, text: str, key: str | None = None) -> Any:
     if isinstance(value, dict):
-        return {k: _poison(v, k) for k, v in value.items()}
+        return {k: _poison(v, text, k) for k, v in value.items()}
     if isinstance(value, list):
-        return [_poison(v, key) for v in value]
+        return [_poison(v, text, key) for v in value]
     if isinstance(value, str) and key not in _KEEP:
-        return value + " " + HOSTILE
+        return f"{value} {text}"
     return value
 
 
-def poisoned_recording(run_id: str) -> list[dict[str, Any]]:
-    """The real H200 run's events, every free-text string ending in :data:`HOSTILE`."""
-    events = [_poison(json.loads(line)) for line in RECORDING.read_bytes().splitlines()]
+def poisoned_recording(run_id: str, text: str = HOSTILE) -> list[dict[str, Any]]:
+    """The real H200 run's events, every free-text string ending in ``text``."""
+    events = [_poison(json.loads(line), text) for line in RECORDING.read_bytes().splitlines()]
     shift = _NOW - 600 - events[0]["ts"]
     for e in events:
         e["run_id"], e["ts"] = run_id, e["ts"] + shift
     return events
 
 
-def hostile_probe() -> dict[str, Any]:
-    """The H200 pod's probe (tests/sessions/recorded.py) with hostile names."""
+def hostile_probe(text: str = HOSTILE) -> dict[str, Any]:
+    """The H200 pod's probe (tests/sessions/recorded.py) with ``text`` in its names."""
     probe = RECORDED.probe()
     for key in ("hostname", "os", "kernel", "user", "python_version"):
-        probe[key] = f"{probe[key]} {HOSTILE}"
-    probe["container"] = [HOSTILE]
+        probe[key] = f"{probe[key]} {text}"
+    probe["container"] = [text]
     gpu = probe["gpus"][0]
-    gpu["name"] = f"{gpu['name']} {HOSTILE}"
-    gpu["processes"] = [{"pid": 7, "name": HOSTILE, "used_mib": 1.0}]
-    gpu["clock_events"] = [HOSTILE]
-    probe["ncu"][0]["version"] = HOSTILE
-    probe["nsys"][0]["error"] = HOSTILE
-    probe["counters"]["reason"] = HOSTILE
+    gpu["name"] = f"{gpu['name']} {text}"
+    gpu["processes"] = [{"pid": 7, "name": text, "used_mib": 1.0}]
+    gpu["clock_events"] = [text]
+    probe["ncu"][0]["version"] = text
+    probe["nsys"][0]["error"] = text
+    probe["counters"]["reason"] = text
     return probe
 
 
@@ -128,10 +128,10 @@ class _Offline(Transport):
         raise AssertionError("nothing is pulled from the liar")
 
 
-def _script(agent: LyingAgent, req: dict[str, Any]) -> None:
+def _script(agent: LyingAgent, req: dict[str, Any], text: str) -> None:
     if req["type"] == "probe":
         agent.send({"type": "probe_result", "req": req["req"], "ts": _NOW,
-                    "probe": hostile_probe()})
+                    "probe": hostile_probe(text)})
         return
     if req["type"] != "start_run":
         return
@@ -141,34 +141,35 @@ def _script(agent: LyingAgent, req: dict[str, Any]) -> None:
         {"run_id": run_id, "workload": workload, "status": "running", "started": _NOW,
          "last_seq": -1}]})
     if workload == "builtin:saxpy":
-        agent.send(*poisoned_recording(run_id))
+        agent.send(*poisoned_recording(run_id, text))
         return
     ts = _NOW - 100
     agent.send(
         {"type": "run_started", "run_id": run_id, "seq": 0, "ts": ts,
          "spec": {"workload": workload, "tiers": [1]}, "run_dir": f"/pod/runs/{run_id}",
-         "pid": 7, "hostname": f"pod {HOSTILE}"},
+         "pid": 7, "hostname": f"pod {text}"},
         {"type": "diagnosis", "run_id": run_id, "seq": 1, "ts": ts + 1, "code": "oom",
-         "severity": "error", "title": HOSTILE, "cause": HOSTILE, "meaning": HOSTILE,
-         "remedies": [HOSTILE], "unmeasured": [HOSTILE]},
+         "severity": "error", "title": f"out of memory {text}", "cause": f"cause {text}",
+         "meaning": f"meaning {text}", "remedies": [f"remedy {text}"],
+         "unmeasured": [f"Tier 1 {text}"]},
         {"type": "output", "run_id": run_id, "seq": 2, "ts": ts + 2, "stream": "stderr",
-         "text": HOSTILE},
+         "text": f"out {text}"},
         {"type": "tier_finished", "run_id": run_id, "seq": 3, "ts": ts + 3, "tier": 1,
-         "status": "failed", "wall_s": 1.0, "reason": HOSTILE},
+         "status": "failed", "wall_s": 1.0, "reason": f"reason {text}"},
         {"type": "run_finished", "run_id": run_id, "seq": 4, "ts": ts + 4, "status": "failed",
-         "wall_s": 4.0, "exit_code": 1, "error": f"the workload failed: {HOSTILE}"})
+         "wall_s": 4.0, "exit_code": 1, "error": f"the workload failed: {text}"})
 
 
-async def _fill() -> tuple[str, list[str]]:
+async def _fill(text: str) -> tuple[str, list[str]]:
     hello = protocol.Hello(agent_version="0", agent_sha256="0" * 64, protocol_version=1)
-    client = AgentClient(_Offline(), LyingAgent(_script),
+    client = AgentClient(_Offline(), LyingAgent(lambda a, r: _script(a, r, text)),
                          DeployResult("0" * 64, 0, "cached", 0, 0.0, hello), b"", "python3")
     engine = Engine(StoreHandle(), auto_pull=False)
     probe = await client.probe()  # over the wire, through check_answer
     await engine.adopt(Target("liar"), client, probe)
     runs = []
     try:
-        for workload in ("builtin:saxpy", f"cmd:{HOSTILE}"):
+        for workload in ("builtin:saxpy", f"cmd:{text}"):
             info = await engine.start_run(protocol.RunSpec(workload=workload, tiers=[1, 2, 3]))
             await asyncio.wait_for(engine.wait_finished(info.run_id), 30)
             runs.append(info.run_id)
@@ -181,9 +182,13 @@ async def _fill() -> tuple[str, list[str]]:
     return session_id, runs
 
 
-def hostile_store() -> tuple[str, list[str]]:
-    """Fill ``GPUWS_HOME``'s store as above; (session id, [saxpy run, failed run])."""
-    return asyncio.run(_fill())
+def hostile_store(text: str = HOSTILE) -> tuple[str, list[str]]:
+    """Fill ``GPUWS_HOME``'s store as above; (session id, [saxpy run, failed run]).
+
+    ``text`` is what every free-text string gets: an honest word gives the twin session
+    whose report shows what gpuws itself draws.
+    """
+    return asyncio.run(_fill(text))
 
 
 def unsafe_chars(text: str) -> list[str]:
