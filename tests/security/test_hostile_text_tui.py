@@ -21,6 +21,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Select, TabbedContent
 
+from faults.figures import record  # type: ignore[import-not-found]
 from gpuws import protocol
 from gpuws.live.telemetry import TelemetryHistory
 from gpuws.sessions.store import Store
@@ -30,7 +31,6 @@ from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.launcher import LauncherScreen
 from gpuws.tui.screens.run import RunScreen
 from security.hostile_text import HOSTILE, PIECES, hostile_store, unsafe_chars  # type: ignore[import-not-found]
-from faults.figures import record  # type: ignore[import-not-found]
 from tui.tuikit import until  # type: ignore[import-not-found]
 
 View = Callable[[GpuwsApp, Pilot[Any]], Awaitable[None]]
@@ -105,10 +105,10 @@ async def test_every_view_of_a_hostile_run(store_ids: tuple[str, list[str]]) -> 
         await checked.look("home", app, pilot)
         for run_id in runs:
             app.show_results(run_id)
-            await until(pilot, lambda: app.screen.title == f"results · {run_id}")
+            await until(pilot, lambda r=run_id: app.screen.title == f"results · {r}")
             await checked.tabs(f"results {run_id}", app, pilot)
             app.show_artifacts(run_id)
-            await until(pilot, lambda: app.screen.title == f"artifacts · {run_id}")
+            await until(pilot, lambda r=run_id: app.screen.title == f"artifacts · {r}")
             await checked.look(f"artifacts {run_id}", app, pilot)
         app.open_sessions(session_id)
         await until(pilot, lambda: app.screen.title == "gpuws · sessions")
