@@ -6,13 +6,16 @@ import argparse
 import math
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
+from rich.segment import Segment
 
 from ..client import AgentClient
 from ..errors import UsageError
+from ..text.textsafe import visible_lines
 from ..transport import make_transport
 
 
@@ -39,11 +42,32 @@ async def connect(args: argparse.Namespace) -> AgentClient:
     return await AgentClient.connect(transport, python=args.python)
 
 
+class _TerminalSafeConsole(Console):
+    """A Rich console whose text never carries a control character to the terminal.
+
+    Each field from the pod is already made visible where it is printed (that is also
+    what keeps its newlines from drawing rows); this is the net under all of them: every
+    text segment passes :func:`~gpuws.text.textsafe.visible_lines` on its way out. Rich's
+    own escape sequences (colours, cursor moves) are made from styles and control
+    segments after this, so they are untouched.
+    """
+
+    def render(self, renderable: RenderableType,
+               options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        for seg in super().render(renderable, options):
+            if seg.control is None and seg.text:
+                safe = visible_lines(seg.text)
+                if safe is not seg.text:
+                    seg = Segment(safe, seg.style)
+            yield seg
+
+
 def console(stderr: bool = False, markup: bool = True) -> Console:
     """A console for people. ``markup=False`` for anything that prints pod text: no
-    ``[...]`` is parsed then, so only :class:`rich.text.Text` styles show."""
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, markup=markup,
-                   emoji=markup)
+    ``[...]`` is parsed then, so only :class:`rich.text.Text` styles show. No control
+    character in any text reaches the terminal (:class:`_TerminalSafeConsole`)."""
+    return _TerminalSafeConsole(stderr=stderr, highlight=False, soft_wrap=False,
+                                markup=markup, emoji=markup)
 
 
 def print_json(data: Any) -> None:
@@ -106,10 +130,12 @@ def write_report(text: str, output: str | None) -> None:
             raise UsageError(f"{output}: {exc.strerror or exc}",
                              remedy="give -o a writable file path (or - for stdout)") from exc
         # A path is not markup, and wrapping it would cut it for whoever copies it.
-        console(stderr=True).print(f"wrote {path} ({len(data):,} bytes)", markup=False,
-                                   highlight=False, soft_wrap=True)
+        console(stderr=True, markup=False).print(f"wrote {path} ({len(data):,} bytes)",
+                                                 highlight=False, soft_wrap=True)
     else:
-        sys.stdout.write(text)
+        # A report is made terminal-safe where it is built (sessions/export.py); this pass
+        # keeps any other text handed here from sending an escape to a terminal.
+        sys.stdout.write(visible_lines(text))
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:

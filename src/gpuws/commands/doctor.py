@@ -111,24 +111,26 @@ def render(r: dict[str, Any]) -> None:
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold cyan")
     t.add_column()
-    t.add_row("system", f"{s['os']} · kernel {s['kernel']} · {s['arch']} · "
-                        f"{_na(s['cpu_count'])} CPUs · {humanfmt.mib(s['memory_total_mib'])} "
-                        "memory")
+    # Every value is the pod's word: visible() keeps its escapes from the terminal and its
+    # newlines from drawing rows of their own (the newlines joining lines here are ours).
+    t.add_row("system", visible(f"{s['os']} · kernel {s['kernel']} · {s['arch']} · "
+                                f"{_na(s['cpu_count'])} CPUs · "
+                                f"{humanfmt.mib(s['memory_total_mib'])} memory"))
     hints = s["container"] + s["virtualization"]
-    t.add_row("container/VM", ", ".join(hints) if hints else "none detected")
-    t.add_row("user", f"{s['user']} (uid {s['uid']})")
+    t.add_row("container/VM", visible(", ".join(hints)) if hints else "none detected")
+    t.add_row("user", visible(f"{s['user']} (uid {s['uid']})"))
     t.add_row("python", python_text(r["python"], r.get("python_choice")))
-    t.add_row("driver", f"{_na(r['driver'])} (supports CUDA {_na(r['cuda_driver'])})")
-    t.add_row("toolkits", ", ".join(f"{k['version'] or '?'} ({k['path']})" for k in r["toolkits"])
-              or "no nvcc found")
+    t.add_row("driver", visible(f"{_na(r['driver'])} (supports CUDA {_na(r['cuda_driver'])})"))
+    t.add_row("toolkits", visible(", ".join(f"{k['version'] or '?'} ({k['path']})"
+                                            for k in r["toolkits"]) or "no nvcc found"))
     pk = [f"{x['name']}: {x['error']}" if x.get("error") and not x.get("version") else
           f"{x['name']} {x['version'] or '?'}" + (f" (CUDA {x['cuda']})" if x.get("cuda") else "")
           for x in r["python_packages"]]
-    t.add_row("CuPy/torch", ", ".join(pk) or "neither installed")
+    t.add_row("CuPy/torch", visible(", ".join(pk)) or "neither installed")
     for tool in ("ncu", "nsys"):
         inst = r[tool]["installs"]
-        t.add_row(tool, "\n".join(f"{i['version'] or 'version unknown'}  {i['path']}"
-                                  + (f"  ({i['error']})" if i.get("error") else "")
+        t.add_row(tool, "\n".join(visible(f"{i['version'] or 'version unknown'}  {i['path']}"
+                                          + (f"  ({i['error']})" if i.get("error") else ""))
                                   for i in inst) or "not found")
     if r["nsys"].get("plan") is not None:
         t.add_row("nsys plan", nsys_plan_text(msgspec.convert(r["nsys"]["plan"], NsysPlan)))
@@ -138,10 +140,11 @@ def render(r: dict[str, Any]) -> None:
     t.add_row("counters", Text.assemble((verdict, colour), " — ", safe(c["reason"])))
     tr = r["transport"]
     t.add_row("transport", f"{tr['kind']}" + (", SFTP" if tr["sftp"] else ", no SFTP")
-              + "".join(f"\n{n}" for n in tr["notes"]))
+              + "".join(f"\n{visible(n)}" for n in tr["notes"]))
     ag = r["agent"]
-    t.add_row("agent", f"{ag['version']} sha256 {ag['sha256'][:12]}… "
-                       f"({ag['cache_state']}, sent {humanfmt.size(ag['transferred_bytes'])})")
+    t.add_row("agent", visible(f"{ag['version']} sha256 {ag['sha256'][:12]}… "
+                               f"({ag['cache_state']}, sent "
+                               f"{humanfmt.size(ag['transferred_bytes'])})"))
     tm = r["timings"]
     t.add_row("timings", f"connect {humanfmt.duration(tm['connect_s'])} · deploy "
                          f"{humanfmt.duration(tm['deploy_s'])} · probe "
@@ -172,7 +175,7 @@ def gpu_table(gpus_: list[Gpu]) -> Table:
         busy = bool(gpu.processes)
         g.add_row(str(gpu.index), ident, gpus.memory(gpu), gpus.clocks(gpu), gpus.power(gpu),
                   humanfmt.celsius(gpu.temp_c), gpus.events(gpu.clock_events),
-                  Text(gpus.processes(gpu.processes), "yellow" if busy else ""))
+                  safe(gpus.processes(gpu.processes), "yellow" if busy else ""))
     return g
 
 

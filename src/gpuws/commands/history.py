@@ -22,6 +22,8 @@ from ..sessions.export import export_session
 from ..sessions.runlist import RUN_LISTING_REMEDY, RunSummary, list_runs
 from ..sessions.store import RunRow, SessionRow, Store
 from ..text import humanfmt
+from ..text.textsafe import text as safe
+from ..text.textsafe import visible
 from .common import check_output, console, print_json, write_report
 
 
@@ -72,11 +74,14 @@ async def sessions(args: argparse.Namespace) -> int:
     for col in ("id", "host", "GPU", "started", "duration", "runs", "cost"):
         t.add_column(col, justify="right" if col in ("runs", "cost", "duration") else "left")
     for r in rows:
-        t.add_row(Text(r["id"]), Text(r["host"]), Text(r["gpu"] or humanfmt.DASH),
+        # The GPU's name is the pod's word, the host may be a recorded one: shown, never
+        # read as markup or sent to the terminal as a control sequence.
+        t.add_row(safe(r["id"]), safe(r["host"], limit=200),
+                  safe(r["gpu"] or humanfmt.DASH, limit=200),
                   humanfmt.when(r["started"]),
                   humanfmt.duration(r["duration_s"]), str(r["runs"]),
                   humanfmt.usd(r["cost_usd"]))
-    console().print(t)
+    console(markup=False).print(t)
     return 0
 
 
@@ -88,7 +93,7 @@ async def history(args: argparse.Namespace) -> int:
     if args.json:
         print_json([msgspec.to_builtins(r) for r in runs])
         return 0
-    out = console()
+    out = console(markup=False)
     if not runs:
         where = f"session {args.session}" if args.session else "the store"
         out.print(Text(f"no runs in {where} yet: `gpuws run HOST -w WORKLOAD` makes one",
@@ -101,7 +106,8 @@ async def history(args: argparse.Namespace) -> int:
         by_session.setdefault(r.session_id, []).append(r)
     for session_id, rows in by_session.items():
         first = rows[0]
-        t = Table(title=Text.assemble("session ", (session_id, "bold"), f" · {first.host} · ",
+        t = Table(title=Text.assemble("session ", (visible(session_id), "bold"),
+                                      f" · {visible(first.host, 200)} · ",
                                       humanfmt.when(first.started)[:10]),
                   title_justify="left")
         t.add_column("run id", no_wrap=True, min_width=len(first.run_id))
@@ -110,8 +116,9 @@ async def history(args: argparse.Namespace) -> int:
         t.add_column("status", overflow="fold")
         t.add_column("Tier-1 median", justify="right", no_wrap=True)
         for r in rows:
-            # Text, not str: a workload may hold "[...]", which must never be read as markup.
-            t.add_row(Text(r.run_id), humanfmt.when(r.started)[11:], Text(r.workload),
+            # Text, not str: a workload may hold "[...]", which must never be read as markup,
+            # and made visible: "\x1b]0;…" must not retitle the terminal.
+            t.add_row(safe(r.run_id), humanfmt.when(r.started)[11:], safe(r.workload),
                       _status(r), _median(r))
         out.print(t)
     out.print(Text("run ids (or unique prefixes) go to compare, baseline, pull and "
@@ -121,13 +128,14 @@ async def history(args: argparse.Namespace) -> int:
 
 def _status(r: RunSummary) -> Text:
     colour = {"ok": "green", "running": "cyan", "cancelled": "yellow"}.get(r.status, "red")
-    text = Text(r.status, colour)
+    text = safe(r.status, colour, 40)
     if r.is_baseline:
         text.append(" · baseline", "magenta")
     if r.why:
         # "cancelled during tier 1" under "cancelled" reads as "during tier 1".
         why = r.why.removeprefix(r.status).strip() or r.why
-        text.append(f"\n{why}", "dim")
+        # The newline is ours; the reason's own are shown as \n, so it cannot draw rows.
+        text.append(f"\n{visible(why)}", "dim")
     return text
 
 
@@ -158,7 +166,7 @@ async def compare(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(comparison_json(cmp) + "\n")
     else:
-        render_comparison(cmp, console())
+        render_comparison(cmp, console(markup=False))
     return 0
 
 

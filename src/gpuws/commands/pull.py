@@ -18,6 +18,7 @@ from ..deploy import start_agent
 from ..errors import GpuwsError
 from ..sessions.artifacts import PullSource, SftpSource, pull_run
 from ..sessions.store import Store
+from ..text.textsafe import visible
 from ..transport import make_transport
 from .common import console, print_json
 from .history import find_run
@@ -62,7 +63,7 @@ async def pull(args: argparse.Namespace) -> int:
     out = console(markup=False)  # names come from the pod: never parsed as markup
     for r in results:
         resumed = f" (resumed at {r.resumed_from} B)" if r.resumed_from else ""
-        out.print(f"pulled {r.name} → {r.local_path}{resumed}")
+        out.print(visible(f"pulled {r.name} → {r.local_path}{resumed}"))
     for row in rows:
-        out.print(f"{row.status:>8}  {row.name}  {row.size} B  sha256 {row.sha256}")
+        out.print(visible(f"{row.status:>8}  {row.name}  {row.size} B  sha256 {row.sha256}"))
     return 0

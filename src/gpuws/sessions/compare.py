@@ -454,7 +454,7 @@ def render_comparison(c: Comparison, console: Console) -> None:
         head.add_row("samples", humanfmt.num(t.n_a), humanfmt.num(t.n_b))
         head.add_row("median", humanfmt.ms(t.median_a_ms), humanfmt.ms(t.median_b_ms))
         for label, a, b in gpu_rows(c):
-            head.add_row(label, Text(a), Text(b))
+            head.add_row(label, Text(visible(a, 200)), Text(visible(b, 200)))
         console.print(head)
         style = "yellow" if t.within_noise else ("green" if t.speedup > 1 else "red")
         console.print(f"speedup (A/B) {humanfmt.ratio(t.speedup)}, {int(c.confidence * 100)}% "

@@ -4,6 +4,11 @@ Everything comes from the store: the probe for the environment, each run's event
 its commands and results, the derived tables for metrics, rules, diagnoses and
 artifacts, and the phase ledger for the economics. The output depends on nothing but
 the stored data, so exporting the same session twice gives the same bytes.
+
+Every string from the pod goes in through ``_esc`` (inert text) or ``_code`` (a code
+span), both from :mod:`gpuws.text.textsafe`: a report pasted into a pull request shows
+the pod's characters and nothing else (no image, link, HTML, heading or table row of the
+pod's making), and printed to a terminal it sends no escape.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from gpuws.sessions.compare import Comparison, compare_runs, gpu_rows, run_gpu
 from gpuws.sessions.cost import Economics, economics
 from gpuws.sessions.fleet import cells, columns, failure_lines, fleet_comparison, notes
 from gpuws.sessions.store import ArtifactRow, KernelMetricsRow, RunRow, SessionRow, Store
+from gpuws.text.textsafe import md_code, md_code_block, md_text, visible_lines
 
 #: The viewer for each artifact kind (by file suffix).
 VIEWERS = {".ncu-rep": "ncu-ui", ".nsys-rep": "nsys-ui", ".qdrep": "nsys-ui"}
@@ -68,7 +74,9 @@ def export_session(store: Store, session_id: str, now: float | None = None) -> s
     out += ["", "## Economics", ""]
     out += _economics(econ)
     out += ["", f"<sub>Exported by gpuws {__version__}.</sub>", ""]
-    return "\n".join(out)
+    # Every pod string above went through _esc/_code; this pass guarantees that whatever a
+    # section forgets, no control character reaches the file or a terminal.
+    return visible_lines("\n".join(out))
 
 
 def export_fleet(store: Store, fleet_id: str) -> str:
@@ -106,7 +114,7 @@ def export_fleet(store: Store, fleet_id: str) -> str:
                    for line in c.lines])
     out += ["", "Each session's full report: `gpuws export SESSION`.",
             "", f"<sub>Exported by gpuws {__version__}.</sub>", ""]
-    return "\n".join(out)
+    return visible_lines("\n".join(out))
 
 
 # ----------------------------------------------------------------------------- header
@@ -508,30 +516,17 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _esc(text: str) -> str:
-    """Plain text safe in a table cell or a list line: no pipes, backticks, tags or breaks."""
-    return (text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
-            .replace("<", "&lt;").replace("\r", " ").replace("\n", " "))
+    """Pod (or any) text made inert markdown: no link, image, HTML, heading or row."""
+    return md_text(text)
 
 
 def _code(text: str, cell: bool = True) -> str:
-    """An inline code span (any backticks inside are fenced around).
-
-    In a table cell a pipe must be escaped even inside code; elsewhere the backslash would
-    show, so ``cell=False`` leaves pipes alone.
-    """
-    text = text.replace("\r", " ").replace("\n", " ")
-    if cell:
-        text = text.replace("|", "\\|")
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    fence = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
+    """An inline code span of visible text (``cell=False``: outside a table)."""
+    return md_code(text, cell=cell)
 
 
 def _code_block(text: str, lang: str) -> list[str]:
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return [fence + lang, text, fence]
+    return md_code_block(text, lang)
 
 
 def _when(ts: float) -> str:

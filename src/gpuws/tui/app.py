@@ -18,6 +18,8 @@ from typing import Any, ClassVar
 from textual import on
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.content import Content
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
@@ -31,7 +33,7 @@ from ..live.storeio import StoreHandle
 from ..live.telemetry import TelemetryHistory
 from ..locations import gpuws_home
 from ..sessions.cost import Economics
-from ..text.textsafe import visible
+from ..text.textsafe import visible, visible_lines
 from . import workers
 from .commands import ActionsProvider
 from .messages import (
@@ -178,6 +180,21 @@ class GpuwsApp(App[int]):
                     screen.show_failure(error or RuntimeError("unknown failure"))
                 return
         self.report_error(error, event.worker.description)
+
+    # ------------------------------------------------------------------ text for people
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Textual's notification, with the pod's words in mind: messages are plain text
+        unless a caller asks for markup (none of gpuws's do), and no control character
+        in a message or title reaches the terminal (a reason, a path, a run's status all
+        come from the pod)."""
+        super().notify(message if markup else visible_lines(message), title=visible(title, 200),
+                       severity=severity, timeout=timeout, markup=markup)
+
+    def format_title(self, title: str, sub_title: str) -> Content:
+        """The header's title line. Screens make the pod's words in their titles visible
+        where they set them; this keeps any that did not from the terminal."""
+        return super().format_title(visible(title, 400), visible(sub_title, 400))
 
     def report_error(self, error: BaseException | None, doing: str = "") -> None:
         """Show a failure with its cause and remedy (a notification that stays a while)."""

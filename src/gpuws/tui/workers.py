@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.text import Text
 from textual.screen import Screen
 
 from .. import protocol
@@ -22,6 +23,7 @@ from ..locations import ensure_private_dir
 from ..sessions.cost import economics as session_economics
 from ..sessions.export import export_session
 from ..sessions.store import Store
+from ..text.textsafe import text as safe_text
 from ..text.textsafe import visible
 from .hosts import home_hosts, summarize_sessions
 from .messages import (
@@ -104,12 +106,15 @@ async def open_launcher(app: GpuwsApp) -> None:
     """Open the launcher with the runs that could serve as a baseline."""
     from .screens.launcher import LauncherScreen
 
-    def candidates(s: Store) -> list[tuple[str, str]]:
-        out = []
+    def candidates(s: Store) -> list[tuple[str | Text, str]]:
+        out: list[tuple[str | Text, str]] = []
         for sess in s.sessions()[:10]:
             for r in reversed(s.runs(sess.id)):
                 star = "★ " if r.is_baseline else ""
-                out.append((f"{star}{r.run_id} · {r.workload[:40]} · {r.status}", r.run_id))
+                # Text of visible(): a workload is the pod's (or a recording's) word, and a
+                # Select reads a str prompt as markup.
+                out.append((safe_text(f"{star}{r.run_id} · {visible(r.workload, 40)} · "
+                                      f"{r.status}"), r.run_id))
         return out[:30]
 
     app.push_screen(LauncherScreen(await app.store.call(candidates)))

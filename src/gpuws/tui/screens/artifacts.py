@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
+from ...text.textsafe import visible
 from ..messages import ArtifactsData, PullDone, PullProgress
 from ..widgets.run.artifact_item import ArtifactItem
 
@@ -44,7 +45,7 @@ class ArtifactsScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.title = f"artifacts · {self.run_id}"
+        self.title = f"artifacts · {visible(self.run_id, 80)}"
         self.app.load_artifacts(self)
 
     def on_artifacts_data(self, message: ArtifactsData) -> None:
@@ -62,7 +63,7 @@ class ArtifactsScreen(Screen[None]):
         hint = "" if home == len(message.rows) else (
             " · p pulls the rest" if self.app.can_reach_pod() else
             " · connect to the pod to pull them")
-        self.query_one("#art-status", Static).update(status + hint)
+        self.query_one("#art-status", Static).update(Text(status + hint))
 
     def on_pull_progress(self, message: PullProgress) -> None:
         for item in self.query(ArtifactItem):

@@ -13,6 +13,7 @@ from textual.widgets import Button, Footer, Header, Static
 
 from ...errors import GpuwsError
 from ...live.link import Target, UnknownHostKey
+from ...text.textsafe import visible
 from ..messages import StepChanged
 from ..widgets.pod.steps import ConnectSteps
 
@@ -63,7 +64,7 @@ class ConnectingScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.title = "gpuws"
-        self.sub_title = f"connecting to {self.target.host}"
+        self.sub_title = f"connecting to {visible(self.target.host, 200)}"
         self.start()
 
     def start(self, target: Target | None = None) -> None:

@@ -116,8 +116,10 @@ class DashboardScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.title = f"gpuws · {self.host}"
-        self.sub_title = f"{self.probe.hostname} · {self.transport} · {probe_summary(self.probe)}"
+        self.title = f"gpuws · {visible(self.host, 200)}"
+        # The hostname and the GPUs' names in the summary are the pod's words: visible.
+        self.sub_title = visible(f"{self.probe.hostname} · {self.transport} · "
+                                 f"{probe_summary(self.probe)}", 400)
         self.query_one(PodInfo).show(self.probe)
         self.query_one(CountersPanel).show(self.probe.counters)
         self.query_one(CostTicker).show(None)

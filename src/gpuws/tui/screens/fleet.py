@@ -141,7 +141,8 @@ class FleetScreen(Screen[None]):
                         pods.append(", ")
                     pods.append_text(safe_text(p.pod, limit=40))
                     pods.append(f" {p.status}", _STATUS_STYLE.get(p.status, "red"))
-                table.add_row(f.id, fmt.when(f.started), safe_text(f.workload, limit=80), pods,
+                table.add_row(safe_text(f.id), fmt.when(f.started), safe_text(f.workload, limit=80),
+                              pods,
                               key=f.id)
         c = message.comparison
         self.comparison = c

@@ -11,6 +11,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Label
 
+from ...text.textsafe import text as safe_text
 from .. import fmt
 from ..hosts import HostEntry, SessionSummary
 from ..messages import HomeData
@@ -85,12 +86,16 @@ class HomeScreen(Screen[None]):
         hosts.clear()
         for h in message.hosts:
             mark = Text("● ", "green") if h.in_config else Text("  ")
-            hosts.add_row(mark + Text(h.name, "bold"), h.where, h.gpu or "—",
+            # Text of visible(): a GPU's name is the pod's word (never markup, never an
+            # escape); host names come from the ssh config and the store.
+            hosts.add_row(mark + safe_text(h.name, "bold", 200), safe_text(h.where, limit=200),
+                          safe_text(h.gpu or "—", limit=200),
                           fmt.usd(h.last_cost), fmt.when(h.last_used), key=h.name)
         recent = self.query_one("#recent", DataTable)
         recent.clear()
         for s in message.sessions:
-            recent.add_row(s.row.id, s.row.host, s.gpu or "—", fmt.when(s.row.started),
+            recent.add_row(safe_text(s.row.id), safe_text(s.row.host, limit=200),
+                           safe_text(s.gpu or "—", limit=200), fmt.when(s.row.started),
                            fmt.duration(s.duration_s), str(s.row.run_count),
                            fmt.usd(s.cost_usd), key=s.row.id)
 

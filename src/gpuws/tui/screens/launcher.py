@@ -74,7 +74,7 @@ class LauncherScreen(Screen[None]):
 
     app: GpuwsApp
 
-    def __init__(self, baselines: list[tuple[str, str]],
+    def __init__(self, baselines: list[tuple[str | Text, str]],
                  probe: protocol.Probe | None = None) -> None:
         super().__init__()
         self.baselines = baselines

@@ -16,6 +16,7 @@ from ... import protocol
 from ...gpu import clocks
 from ...sessions.compare import Comparison, caution_lines
 from ...text.textsafe import text as safe_text
+from ...text.textsafe import visible
 from .. import fmt
 from ..messages import ResultsData
 from ..results import RunResults
@@ -79,12 +80,14 @@ class ResultsScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.title = f"results · {self.run_id}"
+        self.title = f"results · {visible(self.run_id, 80)}"
         self.app.load_results(self)
 
     def on_results_data(self, message: ResultsData) -> None:
         r = self.results = message.results
-        self.sub_title = f"{r.run.workload} · {r.run.status}"
+        # The workload and status are the pod's (or a recording's) words: visible, so
+        # "\x1b]0;…" in them cannot retitle the terminal.
+        self.sub_title = visible(f"{r.run.workload} · {r.run.status}", 400)
         self.query_one("#summary", Static).update(_summary(r))
         self.query_one(MetricsTable).show(r.metrics)
         # A run without metrics says why (failed, skipped, not asked for), not "yet".
@@ -112,15 +115,15 @@ class ResultsScreen(Screen[None]):
 
 def _summary(r: RunResults) -> Text:
     text = Text()
-    text.append(f"{r.run.workload}", "bold")
+    text.append(visible(r.run.workload), "bold")
     colour = {"ok": "", "running": "cyan", "cancelled": "yellow"}.get(r.run.status, "bold red")
     text.append(" · ")
-    text.append(r.run.status, colour)
+    text.append(visible(r.run.status, 40), colour)
     text.append(f" in {fmt.duration(r.run.wall_s)}")
     if r.run.is_baseline:
         text.append(" · baseline", "bold magenta")
     if r.failure:
-        text.append(f"\n✗ {r.failure}", "red" if r.run.status == "failed" else "yellow")
+        text.append(f"\n✗ {visible(r.failure)}", "red" if r.run.status == "failed" else "yellow")
     if r.tier1 is not None:
         s = r.tier1.stats
         text.append(f"\nTier 1: median {fmt.ms(s.median_ms)} "

@@ -15,6 +15,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer, Header, TabbedContent
 
+from ...text.textsafe import visible
 from ..messages import Backfill, RunEvents
 from ..widgets.run.run_panes import RunPanes
 
@@ -82,7 +83,7 @@ class RunScreen(Screen[None]):
         return self.query_one(RunPanes)
 
     def on_mount(self) -> None:
-        self.title = f"run {self.run_id}"
+        self.title = f"run {visible(self.run_id, 80)}"
         self._update_subtitle()
         self.app.register_run_screen(self)
         if not self._backfilled:
@@ -122,8 +123,9 @@ class RunScreen(Screen[None]):
         if gpu is not None:
             host += f" · GPU {gpu.index}"
         mode = "" if self.live else " · replay"
-        self.sub_title = (f"{m.workload or '…'}{host} · {m.status} · "
-                          f"{m.elapsed():.1f} s{mode}")
+        # The workload, the pod's hostname and the status are the pod's words: visible.
+        self.sub_title = visible(f"{m.workload or '…'}{host} · {m.status} · "
+                                 f"{m.elapsed():.1f} s{mode}", 400)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         finished = self.panes.model.finished is not None if self.is_mounted else False

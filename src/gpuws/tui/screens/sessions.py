@@ -72,7 +72,10 @@ class SessionsScreen(Screen[None]):
         if table.row_count != len(message.sessions):
             table.clear()
             for s in message.sessions:
-                table.add_row(s.row.id, s.row.host, s.gpu or "—", fmt.when(s.row.started),
+                # Text of visible(): a GPU name (the pod's) and a host (a recording's) are
+                # never markup and never a control sequence.
+                table.add_row(safe_text(s.row.id), safe_text(s.row.host, limit=200),
+                              safe_text(s.gpu or "—", limit=200), fmt.when(s.row.started),
                               fmt.duration(s.duration_s), str(s.row.run_count),
                               fmt.usd(s.cost_usd), key=s.row.id)
         self.session_id = message.session_id
@@ -83,8 +86,9 @@ class SessionsScreen(Screen[None]):
         for r in message.runs:
             base = "★ baseline" if r.is_baseline else (f"vs {r.baseline_of}" if r.baseline_of
                                                       else "")
-            runs.add_row(r.run_id, safe_text(r.workload), safe_text(r.status), fmt.when(r.started),
-                         fmt.duration(r.wall_s), base, key=r.run_id)
+            runs.add_row(safe_text(r.run_id), safe_text(r.workload), safe_text(r.status),
+                         fmt.when(r.started), fmt.duration(r.wall_s), safe_text(base),
+                         key=r.run_id)
         count = len(message.sessions)
         self.sub_title = f"{count} session" + ("" if count == 1 else "s")
 

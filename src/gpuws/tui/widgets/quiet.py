@@ -10,15 +10,22 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from rich.console import RenderableType
+from rich.text import Text
 from textual.widgets import Static
 
 
 class QuietStatic(Static):
-    """``show_if_changed`` instead of ``update``."""
+    """``show_if_changed`` instead of ``update``.
+
+    A string is shown as the characters it is, never parsed as markup: captions here are
+    built from the pod's words (a kernel table's source of ``[link=…]`` crashed every
+    view of its run). Callers make pod text visible (``textsafe.visible``) first.
+    """
 
     def __init__(self, content: RenderableType = "", *, id: str | None = None,
                  classes: str | None = None) -> None:
-        super().__init__(content, id=id, classes=classes)
+        super().__init__(Text(content) if isinstance(content, str) else content, id=id,
+                         classes=classes)
         self._shown_key: Hashable = object()
         self._shown_rows = -1
 
@@ -34,6 +41,7 @@ class QuietStatic(Static):
         if key == self._shown_key:
             return False
         self._shown_key = key
-        self.update(make, layout=rows is None or rows != self._shown_rows)
+        self.update(Text(make) if isinstance(make, str) else make,
+                    layout=rows is None or rows != self._shown_rows)
         self._shown_rows = -1 if rows is None else rows
         return True

@@ -7,6 +7,7 @@ from textual.widgets import Static
 
 from .... import protocol
 from ....remote_agent.measure.tiers import COUNTER_REMEDIES
+from ....text.textsafe import visible
 
 
 class CountersPanel(Static):
@@ -36,7 +37,7 @@ class CountersPanel(Static):
         if facts:
             text.append("  " + " · ".join(facts), "dim")
         if counters.reason:
-            text.append(f"\n{counters.reason}")
+            text.append(f"\n{visible(counters.reason)}")  # the pod's word
         if counters.verdict == "blocked":
             text.append("\nTier 3 falls back to Tier 1 + Tier 2 + static analysis. To allow "
                         "counters:", "italic")

@@ -9,6 +9,7 @@ from textual.message import Message
 from textual.widgets import Button, Static
 
 from .... import protocol
+from ....text.textsafe import visible
 
 
 class NcuPanel(Vertical):
@@ -56,25 +57,26 @@ class NcuPanel(Vertical):
 
 
 def render_plan(plan: protocol.NcuPlan) -> Text:
-    """Selected ncu (or none) with the reason, the other installs, and the plan's steps."""
+    """Selected ncu (or none) with the reason, the other installs, and the plan's steps
+    (every path, version and reason the pod's word, made visible)."""
     text = Text()
     if plan.selected:
         text.append("✓ ", "green")
-        text.append(f"ncu {plan.selected_version or '?'}", "bold")
-        text.append(f"  {plan.selected}\n", "dim")
+        text.append(visible(f"ncu {plan.selected_version or '?'}", 200), "bold")
+        text.append(f"  {visible(plan.selected)}\n", "dim")
     else:
         text.append("✗ no ncu fits this pod\n", "bold red")
-    text.append(plan.reason)
+    text.append(visible(plan.reason))
     others = [c for c in plan.choices if c.path != plan.selected]
     for c in others:
         mark, style = ("✓", "green") if c.compatible else ("✗", "red")
         text.append(f"\n{mark} ", style)
-        text.append(f"{c.version or '?'} {c.path} — {c.reason}", "dim")
+        text.append(visible(f"{c.version or '?'} {c.path} — {c.reason}"), "dim")
     if plan.verified:
-        text.append(f"\nverified: {plan.verified}", "green")
+        text.append(f"\nverified: {visible(plan.verified)}", "green")
     if plan.install_plan and not plan.selected and not plan.installed:
-        text.append(f"\ninstall plan ({plan.install_target_version or '?'}), runs only when "
-                    "you confirm:", "bold")
+        version = visible(plan.install_target_version or "?", 80)
+        text.append(f"\ninstall plan ({version}), runs only when you confirm:", "bold")
         for step in plan.install_plan:
-            text.append(f"\n  $ {' '.join(step)}", "dim")
+            text.append(f"\n  $ {visible(' '.join(step))}", "dim")
     return text

@@ -24,33 +24,34 @@ class PodInfo(Static):
 
 
 def render_probe(p: protocol.Probe) -> Text:
-    """The probe as a few labelled lines."""
+    """The probe as a few labelled lines (every value the pod's word, made visible)."""
     text = Text()
     where = " · ".join(x for x in (p.hostname, p.os, p.arch) if x)
-    text.append(where, "bold")
+    text.append(visible(where, 400), "bold")
     if p.container:
         text.append(" · container", "dim")
-    text.append(f"\n{p.user} (uid {p.uid}) · {p.cpu_count or '?'} CPUs · "
-                f"{fmt.size((p.memory_total_mib or 0) * 2**20) if p.memory_total_mib else '?'}"
-                f" RAM · python {p.python_version}")
+    text.append("\n" + visible(
+        f"{p.user} (uid {p.uid}) · {p.cpu_count or '?'} CPUs · "
+        f"{fmt.size((p.memory_total_mib or 0) * 2**20) if p.memory_total_mib else '?'}"
+        f" RAM · python {p.python_version}", 400))
     if not p.gpus:
         text.append("\nno GPU: ", "bold red")
-        text.append(p.gpu_error or "none found")
+        text.append(visible(p.gpu_error or "none found"))
     for g in p.gpus:
         text.append_text(render_gpu(g))
     if p.gpus and p.gpu_error:  # e.g. the pod listed more GPUs than the boundary keeps
         text.append("\n! ", "bold yellow")
         text.append(visible(p.gpu_error, 300), "yellow")
     text.append("\ndriver ", "bold")
-    text.append(f"{p.driver or '—'} · CUDA {p.cuda_driver or '—'}")
+    text.append(visible(f"{p.driver or '—'} · CUDA {p.cuda_driver or '—'}", 200))
     text.append("\ntoolkits ", "bold")
-    text.append(_tools(p.toolkits, "no CUDA toolkit found"))
+    text.append(visible(_tools(p.toolkits, "no CUDA toolkit found")))
     text.append("\npython ", "bold")
-    text.append(" · ".join(_package(pkg) for pkg in p.python_packages) or "—")
+    text.append(visible(" · ".join(_package(pkg) for pkg in p.python_packages)) or "—")
     if (py := p.python_choice) is not None:  # which interpreter those are, and how chosen
         text.append(f" · {visible(py.path, 120)} ({visible(py.how, 20)})", "dim")
     text.append("\nnsys ", "bold")
-    text.append(_tools(p.nsys, "not found (Tier 2 falls back to torch.profiler or ncu)"))
+    text.append(visible(_tools(p.nsys, "not found (Tier 2 falls back to torch.profiler or ncu)")))
     return text
 
 
@@ -71,9 +72,9 @@ def render_gpu(g: protocol.Gpu) -> Text:
         now.append(fmt.celsius(g.temp_c))
     text.append("\n  " + " · ".join(now), "dim")
     if g.clock_events:
-        text.append(f" · {gpus.events(g.clock_events)}", "dim")
+        text.append(f" · {visible(gpus.events(g.clock_events))}", "dim")
     if g.processes:
-        text.append(f"\n  busy: {gpus.processes(g.processes)}", "yellow")
+        text.append(f"\n  busy: {visible(gpus.processes(g.processes))}", "yellow")
     return text
 
 

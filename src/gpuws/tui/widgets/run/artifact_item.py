@@ -8,6 +8,7 @@ from textual.containers import Vertical
 from textual.widgets import ProgressBar, Static
 
 from ....sessions.store import ArtifactRow
+from ....text.textsafe import visible
 from ... import fmt
 
 _STATUS = {"pulled": ("✓ pulled", "green"), "remote": ("on the pod", "yellow"),
@@ -48,15 +49,16 @@ def render_artifact(row: ArtifactRow) -> Text:
     """Name, status, size and hash; the local copy and how to open it once pulled."""
     label, style = _STATUS.get(row.status, (row.status, ""))
     text = Text()
-    text.append(row.name, "bold")
+    # The name and the pod's path are the pod's words: visible.
+    text.append(visible(row.name, 400), "bold")
     text.append(f"  {fmt.size(row.size)}  ")
     text.append(label, style)
-    text.append(f"\nsha256 {row.sha256}", "dim")
+    text.append(f"\nsha256 {visible(row.sha256, 80)}", "dim")
     if row.local_path:
-        text.append(f"\n{row.local_path}")
+        text.append(f"\n{visible(row.local_path)}")
         if row.name.endswith(".ncu-rep"):
-            text.append(f"\nopen it:   ncu-ui {row.local_path}", "cyan")
-            text.append(f"\nread here: gpuws report {row.local_path}", "cyan")
+            text.append(f"\nopen it:   ncu-ui {visible(row.local_path)}", "cyan")
+            text.append(f"\nread here: gpuws report {visible(row.local_path)}", "cyan")
     else:
-        text.append(f"\non the pod: {row.remote_path}", "dim")
+        text.append(f"\non the pod: {visible(row.remote_path)}", "dim")
     return text

@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from .... import protocol
+from ....text.textsafe import visible
 
 _ICON = {"error": "✗", "warning": "!", "info": "i"}
 
@@ -32,18 +33,19 @@ class DiagnosisBanner(Static):
 def render_diagnosis(d: protocol.Diagnosis) -> Text:
     """The banner's text."""
     text = Text()
-    text.append(f"{_ICON.get(d.severity, '!')} {d.title}", "bold")
-    text.append(f"\n{d.cause}")
+    # Every field is the pod's word (a diagnosis is an event): visible, never an escape.
+    text.append(f"{_ICON.get(d.severity, '!')} {visible(d.title, 400)}", "bold")
+    text.append(f"\n{visible(d.cause)}")
     if d.meaning:
-        text.append(f"\n{d.meaning}", "italic")
+        text.append(f"\n{visible(d.meaning)}", "italic")
     for remedy in d.remedies:
         text.append("\n→ ", "bold")
-        text.append(remedy)
+        text.append(visible(remedy))
     if d.unmeasured:
         text.append("\nnot measured: ", "bold")
-        text.append(", ".join(d.unmeasured))
+        text.append(visible(", ".join(d.unmeasured)))
     kernels = d.details.get("available_kernels")
     if isinstance(kernels, list) and kernels:
         text.append("\nkernels ncu saw: ", "bold")
-        text.append(", ".join(str(k) for k in kernels))
+        text.append(visible(", ".join(str(k) for k in kernels)))
     return text

@@ -6,6 +6,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .... import protocol
+from ....text.textsafe import visible
 from ..quiet import QuietStatic
 
 _BAR = 20
@@ -36,5 +37,7 @@ class NcuProgressPane(QuietStatic):
             bar.append("░" * (_BAR - filled), "dim")
             passes = f"{p.passes} passes" if p.passes else ""
             state = Text("✓ done", "green") if p.done else Text("profiling", "cyan")
-            grid.add_row(kernel, bar, f"{p.percent}%", Text.assemble(state, f" {passes}"))
+            # Text of visible(): a kernel's name is the pod's word, never markup.
+            grid.add_row(Text(visible(kernel, 200)), bar, f"{p.percent}%",
+                         Text.assemble(state, f" {passes}"))
         self.show_if_changed(key, grid, rows=len(progress))

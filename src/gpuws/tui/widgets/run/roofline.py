@@ -11,6 +11,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from .... import physical, protocol
+from ....text.textsafe import visible
 from .metrics_table import ProfiledLaunch
 
 # Braille dot bits by (column, row) inside one character cell of 2×4 dots.
@@ -204,13 +205,14 @@ class Roofline(Widget):
         source = "; ".join(":".join(part.split(":")[:2]) for part in c.source.split("; "))
         text = Text()
         text.append(f"TFLOP/s vs FLOP/B (log-log). Roofs: {c.peak_gbps:,.0f} GB/s, "
-                    f"{c.peak_tflops:.3g} TFLOP/s ({source})", "dim")
+                    f"{c.peak_tflops:.3g} TFLOP/s ({visible(source, 400)})", "dim")
         for i, p in enumerate(self._points, 1):
             bound = "memory-bound" if p.ai < c.ridge else "compute-bound"
             share = 100 * p.tflops / c.roof(p.ai)
             text.append(f"\n{i} ", "bold reverse yellow")
-            text.append(f" {p.label}: {p.ai:.3g} FLOP/B, {p.tflops:.3g} TFLOP/s — "
+            # A point's label holds a kernel's name (the pod's word): visible.
+            text.append(f" {visible(p.label, 300)}: {p.ai:.3g} FLOP/B, {p.tflops:.3g} TFLOP/s — "
                         f"{share:.0f}% of its roof ({bound})")
         for note in self._notes:
-            text.append(f"\n· {note}", "dim")
+            text.append(f"\n· {visible(note)}", "dim")
         return text

@@ -254,8 +254,10 @@ def render_static(analyses: list[protocol.StaticAnalysis]) -> Text:
         text.append("static ", "bold")
         occ = fmt.pct(s.theoretical_occupancy_pct, 0)
         regs = "?" if s.registers_per_thread is None else str(s.registers_per_thread)
-        text.append(f"{s.kernel}: {regs} regs/thread · {fmt.size(s.shared_mem_per_block)}"
-                    f" smem/block · {fmt.size(s.local_mem_per_thread)} local/thread · block "
-                    f"{s.block_size or '?'} → theoretical occupancy {occ}"
-                    f" (limited by {s.limiter or '?'}) · {s.source}")
+        # The kernel's name, the limiter and the source are the pod's words: visible.
+        text.append(visible(f"{s.kernel}: {regs} regs/thread · "
+                            f"{fmt.size(s.shared_mem_per_block)} smem/block · "
+                            f"{fmt.size(s.local_mem_per_thread)} local/thread · block "
+                            f"{s.block_size or '?'} → theoretical occupancy {occ}"
+                            f" (limited by {s.limiter or '?'}) · {s.source}"))
     return text

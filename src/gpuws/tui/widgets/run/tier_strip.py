@@ -6,6 +6,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ....live.model import TIER_NAMES, RunModel, TierState
+from ....text.textsafe import visible
 from ...fmt import duration
 from ..quiet import QuietStatic
 
@@ -53,7 +54,9 @@ class TierStrip(QuietStatic):
 
 def _row(state: TierState, model: RunModel, now: float | None) -> tuple[Text, Text, str, Text]:
     icon, style = STATUS_LOOK.get(state.status, ("?", ""))
-    name = Text(f"T{state.tier} {state.name}", style if state.status == "running" else "")
+    # The tier's name, source and reason are the pod's words: made visible.
+    name = Text(f"T{state.tier} {visible(state.name, 80)}",
+                style if state.status == "running" else "")
     if state.status == "running":
         end = now if now is not None else (model.last_ts or state.started)
         took = duration(max(0.0, end - state.started))
@@ -61,11 +64,11 @@ def _row(state: TierState, model: RunModel, now: float | None) -> tuple[Text, Te
     else:
         took = duration(state.wall_s)
         detail = Text()
-        detail.append(state.status, style)
+        detail.append(visible(state.status, 20), style)
         if state.gpu_s:
             detail.append(f" · GPU {duration(state.gpu_s)}", "dim")
         if state.source:
-            detail.append(f" · {state.source}")
+            detail.append(f" · {visible(state.source, 200)}")
         if state.reason:
-            detail.append(f" — {state.reason}", "dim")
+            detail.append(f" — {visible(state.reason)}", "dim")
     return Text(icon, style), name, took, detail

@@ -1,0 +1,132 @@
+"""The headless commands and the TUI over a store of hostile text, as real processes.
+
+The store is filled the way a pod fills it (``hostile_text.py``: a lying agent's probe and
+the real H200 recording with hostile strings in every free-text field, through the real
+engine). Then the real ``gpuws`` runs as a subprocess:
+
+- with its output on pipes: every byte it writes is searched for ESC, BEL, C0/C1 controls
+  (0x9b is a one-byte CSI), DEL and bidi overrides; the pod's escapes must be there as
+  visible text instead, and a newline in a failure reason must not start a line of its own;
+- in a real terminal (tmux, ``set-clipboard on``): ``history``, ``sessions``, ``export``
+  and the ``replay`` TUI, after which the terminal's title must be what it was and its
+  clipboard (tmux's paste buffers, which OSC 52 fills) empty. Before this round all four
+  retitled the terminal and ``export`` wrote the clipboard.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from faults.figures import record  # type: ignore[import-not-found]
+from security.hostile_text import PIECES, hostile_store, unsafe_chars  # type: ignore[import-not-found]
+
+
+@pytest.fixture
+def store_ids() -> tuple[str, list[str]]:
+    return hostile_store()
+
+
+def _gpuws(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "gpuws.cli", *args], capture_output=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "200"})
+
+
+def test_headless_commands_print_no_escape(store_ids: tuple[str, list[str]],
+                                           tmp_path: Path) -> None:
+    session_id, (saxpy, failed) = store_ids
+    report = tmp_path / "report.md"
+    commands = [["sessions"], ["history"], ["history", session_id], ["export", session_id],
+                ["export", session_id, "-o", str(report)], ["compare", saxpy, failed],
+                ["sessions", "--json"], ["history", "--json"]]
+    escapes = 0
+    for argv in commands:
+        done = _gpuws(*argv)
+        out = done.stdout.decode("utf-8") + done.stderr.decode("utf-8")
+        assert done.returncode in (0, 2), (argv, out[-2000:])  # compare: 2, nothing to compare
+        bad = unsafe_chars(out)
+        escapes += len(bad)
+        assert not bad, (argv, sorted(set(bad)))
+    # Shown as characters: the title escape of the workload, the reason's newline.
+    history = _gpuws("history").stdout.decode()
+    assert "\\e]0;pwned\\x07" in history.replace("\n", "").replace("│", "").replace(" ", "")
+    for line in history.splitlines():
+        assert not line.lstrip("│ ").startswith(("# Forged", "| forged", "---"))
+    # The report file is as safe as the report printed.
+    assert not unsafe_chars(report.read_text())
+    record("test_headless_commands_print_no_escape", commands=len(commands),
+           hostile_pieces=len(PIECES), unsafe_bytes_out=escapes)
+
+
+class Tmux:
+    """A detached tmux server of our own, with OSC 52 reaching its paste buffers."""
+
+    def __init__(self, socket: str) -> None:
+        self.socket = socket
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args], check=True,
+                              capture_output=True, text=True).stdout
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-J", "-t", "gpuws")
+
+    def wait_for(self, needle: str, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.screen()
+            if needle in text:
+                return text
+            time.sleep(0.1)
+        raise AssertionError(f"{needle!r} never appeared; the screen:\n{self.screen()}")
+
+
+@pytest.fixture
+def tmux() -> Iterator[Tmux]:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    t = Tmux(f"gpuws-text-{os.getpid()}")
+    t.tmux("new-session", "-d", "-s", "gpuws", "-x", "160", "-y", "50", "sleep 600")
+    t.tmux("set-option", "-g", "set-clipboard", "on")
+    yield t
+    subprocess.run(["tmux", "-L", t.socket, "kill-server"], capture_output=True)
+
+
+def test_a_real_terminal_keeps_its_title_and_clipboard(store_ids: tuple[str, list[str]],
+                                                       tmux: Tmux, tmp_path: Path) -> None:
+    session_id, _ = store_ids
+    title = tmux.tmux("display", "-p", "-t", "gpuws", "#{pane_title}").strip()
+    env = " ".join(f"{k}={v}" for k, v in (("GPUWS_HOME", os.environ["GPUWS_HOME"]),
+                                          ("GPUWS_CONFIG", os.environ["GPUWS_CONFIG"]),
+                                          ("TERM", "xterm-256color")))
+    gpuws = f"env -u COLUMNS -u LINES {env} {sys.executable} -m gpuws.cli"
+    done = tmp_path / "done"
+    retitled: list[str] = []
+    clipboard: list[str] = []
+    for argv in ("history", "sessions", f"export {session_id}", f"replay {session_id} --instant"):
+        done.unlink(missing_ok=True)
+        tmux.tmux("respawn-pane", "-k", "-t", "gpuws",
+                  f"{gpuws} {argv}; echo $? > {done}; echo gpuws-exited; sleep 600")
+        if argv.startswith("replay"):
+            tmux.wait_for("replay of", timeout=90)  # the notification: every run shown
+            tmux.tmux("send-keys", "-t", "gpuws", "q")
+        tmux.wait_for("gpuws-exited", timeout=90)
+        assert done.read_text().strip() == "0", tmux.screen()
+        now = tmux.tmux("display", "-p", "-t", "gpuws", "#{pane_title}").strip()
+        buffers = tmux.tmux("list-buffers")
+        if now != title:
+            retitled.append(f"{argv}: {now!r}")
+            tmux.tmux("select-pane", "-t", "gpuws", "-T", title)
+        if buffers:
+            clipboard.append(f"{argv}: {buffers!r}")
+            tmux.tmux("delete-buffer")
+    assert retitled == [] and clipboard == []
+    record("test_a_real_terminal_keeps_its_title_and_clipboard", commands=4,
+           titles_changed=len(retitled), clipboard_writes=len(clipboard))

@@ -1,0 +1,136 @@
+"""Every TUI view of a run whose pod wrote hostile text: no crash, no escape on the screen.
+
+The store is filled the way a pod fills it (``hostile_text.py``: a lying agent's probe and
+the real H200 recording with hostile strings in every free-text field, through the real
+engine and store). Each view people open on such a run is then drawn by Textual's own
+test harness: the replay's run panes (every tab), the results (every tab) of both runs,
+the sessions list, the artifacts, Home's recent sessions, the dashboard of the lying pod
+and the launcher offering its GPUs and the stored runs as baselines. For each: the app
+must not crash (Rich/Textual markup such as ``[link=…]``, ``[/]`` or ``[@click=…]`` in a
+kernel name crashed every later view of a run once stored), the screen's title and
+subtitle must be free of control characters, and so must everything drawn: the text of
+the app's screenshot, which is what the terminal would be sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Select, TabbedContent
+
+from faults.figures import record  # type: ignore[import-not-found]
+from gpuws import protocol
+from gpuws.live.telemetry import TelemetryHistory
+from gpuws.sessions.store import Store
+from gpuws.tui import workers
+from gpuws.tui.app import GpuwsApp, StartHome, StartReplay
+from gpuws.tui.screens.dashboard import DashboardScreen
+from gpuws.tui.screens.launcher import LauncherScreen
+from gpuws.tui.screens.run import RunScreen
+from security.hostile_text import HOSTILE, PIECES, hostile_store, unsafe_chars  # type: ignore[import-not-found]
+from tui.tuikit import until  # type: ignore[import-not-found]
+
+View = Callable[[GpuwsApp, Pilot[Any]], Awaitable[None]]
+
+
+class Checked:
+    """What was looked at, and every unsafe character found on the way."""
+
+    def __init__(self) -> None:
+        self.views: list[str] = []
+        self.problems: list[str] = []
+        self.shown_escapes = 0
+
+    async def look(self, name: str, app: GpuwsApp, pilot: Pilot[Any]) -> None:
+        await pilot.pause(0.2)
+        screen = app.screen
+        self.views.append(name)
+        for what, value in (("title", screen.title or ""), ("sub_title", screen.sub_title or "")):
+            bad = unsafe_chars(value)
+            if bad:
+                self.problems.append(f"{name}: {what} holds {bad[:3]!r}")
+        drawn = app.export_screenshot()
+        bad = unsafe_chars(drawn)
+        if bad:
+            self.problems.append(f"{name}: the screen holds {sorted(set(bad))[:5]!r}")
+        # The pod's text is there, shown as characters: \e]0;pwned is visible.
+        self.shown_escapes += drawn.count("\\e]0;pwned")
+
+    async def tabs(self, name: str, app: GpuwsApp, pilot: Pilot[Any]) -> None:
+        tabbed = app.screen.query_one(TabbedContent)
+        for pane in [p.id for p in tabbed.query("TabPane")]:
+            assert pane is not None
+            tabbed.active = pane
+            await self.look(f"{name} {pane}", app, pilot)
+
+
+@pytest.fixture
+def store_ids() -> tuple[str, list[str]]:
+    return hostile_store()
+
+
+def _probe(session_id: str) -> protocol.Probe:
+    with Store() as s:
+        probe = s.session(session_id).probe
+    assert probe is not None and HOSTILE in probe.hostname  # the liar's probe, stored
+    return probe
+
+
+async def test_every_view_of_a_hostile_run(store_ids: tuple[str, list[str]]) -> None:
+    session_id, runs = store_ids
+    checked = Checked()
+
+    # The replay of the stored session: each run's panes, every tab.
+    app = GpuwsApp(StartReplay(session_id, speed=None))
+    async with app.run_test(size=(160, 50)) as pilot:
+        def finished() -> bool:
+            s = app.screen
+            return (isinstance(s, RunScreen) and s.run_id == runs[-1]
+                    and s.panes.model.finished is not None and app.feed.backlog == 0)
+
+        await until(pilot, finished)
+        for _ in runs:
+            assert isinstance(app.screen, RunScreen)
+            await checked.tabs(f"replay {app.screen.run_id}", app, pilot)
+            if len(app.screen_stack) > 2:
+                app.pop_screen()
+    assert app.return_code in (None, 0)
+
+    app = GpuwsApp(StartHome())
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.screen.query("#recent"))
+        await checked.look("home", app, pilot)
+        for run_id in runs:
+            app.show_results(run_id)
+            await until(pilot, lambda r=run_id: app.screen.title == f"results · {r}")
+            await checked.tabs(f"results {run_id}", app, pilot)
+            app.show_artifacts(run_id)
+            await until(pilot, lambda r=run_id: app.screen.title == f"artifacts · {r}")
+            await checked.look(f"artifacts {run_id}", app, pilot)
+        app.open_sessions(session_id)
+        await until(pilot, lambda: app.screen.title == "gpuws · sessions")
+        await checked.look("sessions", app, pilot)
+        probe = _probe(session_id)
+        await app.push_screen(DashboardScreen("liar", probe, "ssh", TelemetryHistory()))
+        await checked.look("dashboard", app, pilot)
+        # The launcher: the stored runs offered as baselines (the real list, from the
+        # store), then the pod's GPUs; each Select opened, so its options are drawn.
+        await workers.open_launcher(app)
+        await until(pilot, lambda: isinstance(app.screen, LauncherScreen))
+        app.screen.query_one("#baseline", Select).expanded = True
+        await checked.look("launcher baselines", app, pilot)
+        app.pop_screen()
+        await app.push_screen(LauncherScreen([], probe))
+        app.screen.query_one("#gpu", Select).expanded = True
+        await checked.look("launcher GPUs", app, pilot)
+    assert app.return_code in (None, 0)
+
+    assert checked.problems == [], "\n".join(checked.problems)
+    assert checked.shown_escapes > 0
+    # Reached only when no view crashed and none drew an unsafe character.
+    record("test_every_view_of_a_hostile_run", views=len(checked.views),
+           hostile_pieces=len(PIECES), unsafe_on_screen=len(checked.problems),
+           escapes_shown_as_text=checked.shown_escapes)
