@@ -39,6 +39,7 @@ from ..errors import ProtocolError
 from ..sessions.artifacts import name_problem
 from ..sessions.store import REFUSAL_MARK
 from ..text.textsafe import visible
+from .telemetry import MAX_GPU_INDEX, MAX_GPUS
 
 #: Highest ``seq`` accepted: two billion events is far past any real run, and far below
 #: what SQLite's INTEGER holds.
@@ -165,6 +166,8 @@ class Boundary:
             try:
                 _check_ts(ev.ts, None, self.now())
                 _check_bounds(ev)
+                if isinstance(ev, protocol.Telemetry):
+                    _check_telemetry(ev)
             except Refused as why:
                 self._refuse(why.kind, f"{type(ev).__name__}: {why.message}")
                 return None
@@ -275,6 +278,17 @@ def _walk(value: Any, depth: int) -> None:
     elif isinstance(value, msgspec.Struct):
         for name in value.__struct_fields__:
             _walk(getattr(value, name), depth + 1)
+
+
+def _check_telemetry(ev: protocol.Telemetry) -> None:
+    # The laptop keeps a history per GPU index: ever-new indexes were ever-new histories.
+    if len(ev.gpus) > MAX_GPUS:
+        raise Refused("telemetry", f"a telemetry sample of {len(ev.gpus)} GPUs "
+                                   f"(limit {MAX_GPUS})")
+    for gpu in ev.gpus:
+        if not 0 <= gpu.index <= MAX_GPU_INDEX:
+            raise Refused("telemetry", f"a telemetry sample for GPU index {gpu.index} "
+                                       f"(expected 0…{MAX_GPU_INDEX})")
 
 
 def _check_artifact(ev: protocol.Artifact, run_dir: str | None) -> None:

@@ -1,0 +1,185 @@
+"""Floods from the pod: memory and disk stay bounded, and no honest event goes unaccounted.
+
+Issue 26: telemetry for ever-new GPU indexes grew the laptop from 64 MB to 9.4 GB in a
+minute; a workload running ``yes`` for 15 s made 1.39 M events that the laptop read far
+faster than it stored (479 MB held, 226 s to store); a workload appending a 1 GiB line to
+its own ``events.ndjson`` swallowed honest events without a word.
+
+Where the attack needs a pod that lies (telemetry with impossible indexes, a stream far
+faster than any store, garbage in the middle of a run's sequence), the pod is the lying
+agent of ``test_untrusted_lying_agent.py``: a stand-in that writes whatever the attacker
+chooses into the real ``AgentClient``, engine and SQLite store, because no real agent
+sends those lines. Where a real workload can do it (``yes``, the 1 GiB line), it runs on
+the real agent behind the real OpenSSH sshd, under the real ``gpuws run`` CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import tracemalloc
+from typing import Any
+
+from faults.figures import record  # type: ignore[import-not-found]
+from gpuws import protocol
+from gpuws.client import AgentClient
+from gpuws.deploy import DeployResult
+from gpuws.live import feed
+from gpuws.live.engine import Engine, Notice
+from gpuws.live.link import Target
+from gpuws.live.storeio import StoreHandle
+from gpuws.live.telemetry import MAX_GPUS, TelemetryHistory
+from security.test_untrusted_lying_agent import (  # type: ignore[import-not-found]
+    NOW,
+    PROBE,
+    RUN_DIR,
+    LyingAgent,
+    _NoTransport,
+    ev,
+)
+
+
+async def _engine(script: Any, notices: list[Notice], **kwargs: Any) -> tuple[Engine, LyingAgent]:
+    liar = LyingAgent(script)
+    hello = protocol.Hello(agent_version="0", agent_sha256="0" * 64, protocol_version=1)
+    client = AgentClient(_NoTransport(), liar, DeployResult("0" * 64, 0, "cached", 0, 0.0, hello),
+                         b"", "python3")
+    engine = Engine(StoreHandle(), on_notice=notices.append, auto_pull=False, **kwargs)
+    await engine.adopt(Target("liar"), client, PROBE)
+    return engine, liar
+
+
+def _answer_start(agent: LyingAgent, req: dict[str, Any]) -> str | None:
+    if req["type"] != "start_run":
+        return None
+    run_id: str = req["run_id"]
+    agent.send({"type": "run_list", "req": req["req"], "ts": NOW, "runs": [
+        {"run_id": run_id, "workload": "cmd:true", "status": "running", "started": NOW,
+         "last_seq": -1}]})
+    agent.send(ev(run_id, 0, "run_started", spec={"workload": "cmd:true", "tiers": []},
+                  run_dir=RUN_DIR.format(run_id=run_id), pid=7))
+    return run_id
+
+
+# ---------------------------------------------------------------------------- telemetry
+def test_telemetry_for_ever_new_gpu_indexes_stays_bounded() -> None:
+    """20,000 telemetry samples, each naming four GPUs never seen before (indexes up to
+    80,000; every tenth sample a negative one): the boundary refuses indexes outside 0..63,
+    the history keeps at most 64 GPUs, and memory stays flat (the old history kept a
+    history for every index it was sent)."""
+    samples = 20_000
+    notices: list[Notice] = []
+    history = TelemetryHistory()
+
+    def on_side(e: protocol.Events) -> None:
+        if isinstance(e, protocol.Telemetry):
+            history.add(e)
+
+    def script(agent: LyingAgent, req: dict[str, Any]) -> None:
+        pass
+
+    async def go() -> tuple[int, float]:
+        tracemalloc.start()
+        engine, liar = await _engine(script, notices, on_side=on_side)
+        t0 = time.monotonic()
+        try:
+            for start in range(0, samples, 1000):
+                chunk = b"".join(json.dumps({
+                    "type": "telemetry", "ts": NOW, "gpus": [
+                        {"index": i * 4 + k if i % 10 else -(i + k), "util_pct": 50.0,
+                         "power_w": 300.0, "temp_c": 60.0, "sm_clock_mhz": 1980.0,
+                         "mem_used_mib": 1000.0} for k in range(4)]}).encode() + b"\n"
+                    for i in range(start, start + 1000))
+                liar.send_raw(chunk)
+                await asyncio.sleep(0)
+            liar.send({"type": "telemetry", "ts": NOW, "gpus": [{"index": 3, "util_pct": 1.0}]})
+            deadline = time.monotonic() + 60
+            while history.latest.get(3) is None or history.latest[3].util_pct != 1.0:
+                assert time.monotonic() < deadline, "the last sample never arrived"
+                await asyncio.sleep(0.01)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+            await engine.close()
+            await engine.store.close()
+        return peak, time.monotonic() - t0
+
+    peak, seconds = asyncio.run(go())
+    assert 0 < len(history.gpus) <= MAX_GPUS
+    assert all(0 <= i < MAX_GPUS for i in history.gpus)
+    assert len(history.series) <= MAX_GPUS * 5
+    said = [n.message for n in notices if n.kind == "refused"]
+    assert any("GPU index" in m for m in said)
+    assert len(said) <= 8  # 1, 10, 100, …: a count, not a flood of lines
+    assert peak < 32 * 2**20, f"peak {peak / 2**20:.1f} MiB"
+    record("test_telemetry_for_ever_new_gpu_indexes_stays_bounded", samples=samples,
+           gpus_kept=len(history.gpus), peak_python_mib=round(peak / 2**20, 1),
+           seconds=round(seconds, 1))
+
+
+def test_telemetry_history_drops_the_gpu_seen_least_recently() -> None:
+    history = TelemetryHistory(size=10, max_gpus=4)
+    for i in range(1000):
+        history.add(protocol.Telemetry(ts=NOW, gpus=[
+            protocol.GpuSample(index=i % 64, util_pct=float(i)),
+            protocol.GpuSample(index=0, util_pct=float(i))]))  # GPU 0 stays fresh
+    assert len(history.latest) == 4 and 0 in history.latest
+    assert set(history.gpus) == {0, 37, 38, 39}  # the three seen last (999 % 64 = 39), and 0
+    assert {gpu for gpu, _ in history.series} == set(history.gpus)
+    assert history.values(0, "util_pct")[-1] == 999.0
+    assert history.evicted > 0
+
+
+# ---------------------------------------------------------------------------- backpressure
+def test_the_reader_waits_while_the_store_lags() -> None:
+    """A pod sending 200,000 events as fast as memory can hand them over: the reader stops
+    reading whenever the backlog passes its bound (what it has not read waits outside, as
+    it waits in the pod's events.ndjson and the SSH window), and every event is stored."""
+    events = 200_000
+    notices: list[Notice] = []
+    started: list[str] = []
+
+    def script(agent: LyingAgent, req: dict[str, Any]) -> None:
+        run_id = _answer_start(agent, req)
+        if run_id is not None:
+            started.append(run_id)
+
+    async def go() -> tuple[feed.EventFeed, int, int, float, int]:
+        engine, liar = await _engine(script, notices)
+        try:
+            info = await engine.start_run(protocol.RunSpec(workload="cmd:true", tiers=[]))
+            run_id = info.run_id
+            t0 = time.monotonic()
+            waiting_outside = 0
+            line = ev(run_id, 0, "output", stream="stdout", text="y", tier=0)
+            for start in range(1, events + 1, 500):
+                liar.send_raw(b"".join(
+                    json.dumps({**line, "seq": s}).encode() + b"\n"
+                    for s in range(start, min(start + 500, events + 1))))
+                # What the reader has not taken yet (the pod's disk, the SSH window).
+                waiting_outside = max(waiting_outside, len(liar.stdout._buffer))
+                await asyncio.sleep(0)
+            liar.send(ev(run_id, events + 1, "run_finished", status="ok", wall_s=1.0))
+            await asyncio.wait_for(engine.wait_finished(run_id), 120)
+            await engine.drained()
+            seconds = time.monotonic() - t0
+            stored = await engine.store.call(lambda s: len(s.events(run_id)))
+        finally:
+            await engine.close()
+            await engine.store.close()
+        return engine.feed, stored, waiting_outside, seconds, events
+
+    fed, stored, waiting_outside, seconds, sent = asyncio.run(go())
+    assert stored == sent + 2  # run_started, every output, run_finished
+    assert fed.pauses > 0  # the reader did wait for the store
+    assert waiting_outside > 1 << 20  # … while the rest waited unread, outside
+    # The backlog never passed its bound by more than one read's worth (64 KiB of wire,
+    # a few hundred of these events).
+    assert fed.peak_backlog <= feed.MAX_BACKLOG_EVENTS + 1000, fed.peak_backlog
+    assert fed.peak_backlog_bytes <= feed.MAX_BACKLOG_BYTES + (1 << 16)
+    assert not [n for n in notices if n.kind in ("missing", "truncated", "store_failed")]
+    record("test_the_reader_waits_while_the_store_lags", events=sent, stored=stored,
+           pauses=fed.pauses, peak_backlog_events=fed.peak_backlog,
+           peak_backlog_kib=fed.peak_backlog_bytes // 1024,
+           waiting_unread_mib=round(waiting_outside / 2**20, 1), seconds=round(seconds, 1))
