@@ -52,7 +52,7 @@ class Notice:
         kind: ``refused``, ``conflict``, ``link_lost``, ``reconnecting``,
             ``reconnected``, ``gave_up``, ``store_failed``, ``pulled``, ``pull_failed``,
             ``missing`` (seqs of a run that never arrived), ``truncated`` (output counted
-            past the run's output cap).
+            past the run's output cap), ``pod_error`` (an error the pod sent unasked).
         message: one line, already made safe to show (:func:`gpuws.text.textsafe.visible`).
         severity: how loudly to show it.
         run_id: the run it concerns, if one.
@@ -417,6 +417,12 @@ class Engine:
                                                                protocol.ProbeResult)):
             self.feed.push(checked)
         else:
+            if isinstance(checked, protocol.Error) and checked.req is None:
+                # Unasked (the pod's follower dropped a line of a run's log, say): every
+                # face shows it, where before the headless one ignored it.
+                self._notice("warning", "pod_error", f"the pod says: {checked.title}: "
+                             f"{checked.message}" + (f" → {checked.remedy}"
+                                                     if checked.remedy else ""))
             self.on_side(checked)
 
     async def _pace(self, nbytes: int) -> None:
