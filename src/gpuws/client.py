@@ -7,7 +7,7 @@ import contextlib
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from . import protocol
@@ -15,12 +15,28 @@ from .deploy import DeployResult, agent_argv, build_bundle, start_agent
 from .errors import AgentError, ConnectError, ProtocolError
 from .framing import read_event_batches
 from .live.boundary import AnswerT, check_answer
-from .transport.base import RemoteProcess, Transport
+from .transport.base import ByteReader, RemoteProcess, Transport
 
 T = TypeVar("T")
 #: Bad lines kept as samples per link.
 MAX_BAD_SAMPLES = 100
 Listener = Callable[[protocol.Events | protocol.BadLine], None]
+#: Told how many bytes of the wire the reader just handed to the listeners; the reader
+#: reads no more until it returns (backpressure: :meth:`gpuws.live.feed.EventFeed.room`).
+Pace = Callable[[int], Awaitable[None]]
+
+
+class _CountingReader:
+    """The agent's stdout, counting the bytes read (what each chunk of events cost)."""
+
+    def __init__(self, reader: ByteReader) -> None:
+        self.reader = reader
+        self.count = 0
+
+    async def read(self, n: int = -1) -> bytes:
+        chunk = await self.reader.read(n)
+        self.count += len(chunk)
+        return chunk
 
 
 class AgentClient:
@@ -43,6 +59,8 @@ class AgentClient:
         self.bad_line_count = 0
         self.stderr_tail: deque[str] = deque(maxlen=50)
         self._listeners: list[Listener] = []
+        #: Set by whoever stores the events (the engine): awaited after each chunk.
+        self.pace: Pace | None = None
         self._pending: dict[int, asyncio.Future[protocol.Events]] = {}
         self._ids = itertools.count(1)
         self._closed = asyncio.Event()
@@ -72,7 +90,9 @@ class AgentClient:
         try:
             # A chunk at a time: replaying a long run is hundreds of thousands of events,
             # and per-event async iteration was most of the laptop's cost.
-            async for batch in read_event_batches(self.proc.stdout, initial):
+            stdout = _CountingReader(self.proc.stdout)
+            handed = -len(initial)  # what came with the Hello counts for the first chunk
+            async for batch in read_event_batches(stdout, initial):
                 for ev in batch:
                     if isinstance(ev, protocol.BadLine):
                         # Samples only: keeping every one grew without bound under a flood.
@@ -87,6 +107,11 @@ class AgentClient:
                         continue
                     for fn in self._listeners:
                         fn(ev)
+                if self.pace is not None:
+                    # Not one byte more is read while the store is behind: the pod keeps
+                    # the rest in its events.ndjson, and the SSH window holds it back.
+                    await self.pace(max(0, stdout.count - handed))
+                handed = stdout.count
         finally:
             self._closed.set()
             for fut in self._pending.values():

@@ -8,6 +8,7 @@ Example ``config.toml``::
     [hosts.pod]                  # the name you pass to `gpuws connect`
     rate_usd_per_hour = 3.99
     budget_usd = 20.0
+    max_output_mib = 16          # a run's output stored on the laptop (default 64)
 
 An unknown key is an error (a typo must not silently cost money), reported with the file
 and the offending path.
@@ -34,10 +35,16 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     Attributes:
         rate_usd_per_hour: what the pod costs per hour of connected time, in US dollars.
         budget_usd: the session cost at which gpuws warns, in US dollars.
+        max_output_mib: the most of a run's output (its ``output`` events, as stored)
+            the laptop stores, in MiB; ``None`` is the default, 64
+            (:data:`gpuws.live.account.DEFAULT_MAX_OUTPUT_MIB`). Past it, output is
+            counted, not stored, with a notice; the pod keeps all of it in the run's
+            ``events.ndjson``.
     """
 
     rate_usd_per_hour: NonNegative | None = None
     budget_usd: NonNegative | None = None
+    max_output_mib: NonNegative | None = None
 
 
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -88,8 +95,8 @@ def load_config(path: Path | None = None) -> Config:
         return msgspec.convert(data, Config)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{target}: {_where(data, exc)}",
-                          remedy="known keys: rate_usd_per_hour and budget_usd, under "
-                                 "[defaults] or [hosts.NAME]") from exc
+                          remedy="known keys: rate_usd_per_hour, budget_usd and "
+                                 "max_output_mib, under [defaults] or [hosts.NAME]") from exc
 
 
 def _where(data: dict[str, Any], exc: msgspec.ValidationError) -> str:
@@ -121,6 +128,8 @@ def host_config(config: Config, host_alias: str | None) -> HostConfig:
                            else config.defaults.rate_usd_per_hour),
         budget_usd=(entry.budget_usd if entry.budget_usd is not None
                     else config.defaults.budget_usd),
+        max_output_mib=(entry.max_output_mib if entry.max_output_mib is not None
+                        else config.defaults.max_output_mib),
     )
 
 

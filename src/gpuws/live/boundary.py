@@ -38,10 +38,10 @@ import msgspec
 
 from .. import physical, protocol
 from ..errors import ProtocolError
-from ..gpu.gpus import MAX_INDEX as MAX_GPU_INDEX
 from ..sessions.artifacts import name_problem
 from ..sessions.store import REFUSAL_MARK
 from ..text.textsafe import visible
+from .telemetry import MAX_GPU_INDEX, MAX_GPUS
 
 #: Highest ``seq`` accepted: two billion events is far past any real run, and far below
 #: what SQLite's INTEGER holds.
@@ -168,6 +168,8 @@ class Boundary:
             try:
                 _check_ts(ev.ts, None, self.now())
                 _check_bounds(ev)
+                if isinstance(ev, protocol.Telemetry):  # first: its words name the GPU
+                    _check_telemetry(ev)
                 _check_physical(ev)
             except Refused as why:
                 self._refuse(why.kind, f"{type(ev).__name__}: {why.message}")
@@ -294,6 +296,17 @@ def _check_physical(ev: protocol.Events) -> None:
         raise Refused("value", why)
 
 
+def _check_telemetry(ev: protocol.Telemetry) -> None:
+    # The laptop keeps a history per GPU index: ever-new indexes were ever-new histories.
+    if len(ev.gpus) > MAX_GPUS:
+        raise Refused("telemetry", f"a telemetry sample of {len(ev.gpus)} GPUs "
+                                   f"(limit {MAX_GPUS})")
+    for gpu in ev.gpus:
+        if not 0 <= gpu.index <= MAX_GPU_INDEX:
+            raise Refused("telemetry", f"a telemetry sample for GPU index {gpu.index} "
+                                       f"(expected 0…{MAX_GPU_INDEX})")
+
+
 def _check_artifact(ev: protocol.Artifact, run_dir: str | None) -> None:
     # The same rule the pull applies before writing (one rule for names on the laptop).
     why = name_problem(ev.name)
@@ -339,9 +352,9 @@ def check_answer(ev: AnswerT) -> AnswerT:
     return ev
 
 
-#: Most GPUs a probe may list: CUDA numbers at most 64 devices per process (``--gpu``
-#: takes 0..63). A pod announcing 1,000 froze the dashboard for 10 s; 5,000 crashed it.
-MAX_GPUS = MAX_GPU_INDEX + 1
+# Most GPUs a probe may list (MAX_GPUS, with telemetry's): CUDA numbers at most 64
+# devices per process (``--gpu`` takes 0..63). A pod announcing 1,000 froze the dashboard
+# for 10 s; 5,000 crashed it.
 
 
 def bound_gpu_list(ev: protocol.ProbeResult) -> protocol.ProbeResult:

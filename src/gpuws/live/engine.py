@@ -27,13 +27,14 @@ from typing import Any, Literal
 
 from .. import protocol
 from ..client import AgentClient
-from ..config import load_config
+from ..config import host_config, load_config
 from ..errors import ConnectError, GpuwsError, ProtocolError, StoreError, UsageError
 from ..sessions.artifacts import Progress, PullResult, pull_run
 from ..sessions.cost import BUDGET_WARN_FRACTION, resolve_budget, resolve_rate
 from ..sessions.store import Store
 from ..text import humanfmt
 from ..text.textsafe import visible
+from .account import DEFAULT_MAX_OUTPUT_MIB, RunAccount
 from .boundary import RUN_ID_PATTERN as _RUN_ID
 from .boundary import Boundary
 from .feed import Batch, EventFeed
@@ -51,7 +52,9 @@ class Notice:
     Attributes:
         kind: ``refused``, ``conflict``, ``link_lost``, ``reconnecting``,
             ``reconnected``, ``gave_up``, ``store_failed``, ``pulled``, ``pull_failed``,
-            ``budget``.
+            ``budget``, ``missing`` (seqs of a run that never arrived), ``truncated``
+            (output counted past the run's output cap), ``pod_error`` (an error the pod
+            sent unasked).
         message: one line, already made safe to show (:func:`gpuws.text.textsafe.visible`).
         severity: how loudly to show it.
         run_id: the run it concerns, if one.
@@ -135,6 +138,8 @@ class Engine:
         self.feed = EventFeed(store, self._delivered, self._store_failed, clock,
                               on_conflict=self._conflicts)
         self.boundary = self._new_boundary()
+        #: Caps each run's stored output, names seqs that never came (live/account.py).
+        self.account = RunAccount(int(DEFAULT_MAX_OUTPUT_MIB * 2**20), self._accounted)
         self.link: Link | None = None
         self.target: Target | None = None
         self.lost: GpuwsError | None = None
@@ -221,6 +226,9 @@ class Engine:
         cfg = load_config()
         rate = resolve_rate(target.rate, target.host, cfg)
         budget = resolve_budget(None, target.host, cfg)
+        max_output = host_config(cfg, target.host).max_output_mib
+        if max_output is not None:
+            self.account.max_output_bytes = int(max_output * 2**20)
         kind = transport_label(client)
         now = self.now()
 
@@ -240,6 +248,7 @@ class Engine:
         self.link = link
         self.boundary = self._new_boundary()
         link.client.add_listener(self._on_wire)
+        link.client.pace = self._pace
         self._spawn(self._watch(link), "gpuws-watch-link")
 
     async def disconnect(self) -> None:
@@ -332,6 +341,7 @@ class Engine:
             self.on_batch(Batch(stored, [self.feed.clock()] * len(stored), 0))
         started = next((e for e in stored if isinstance(e, protocol.RunStarted)), None)
         begin = last + 1 if from_seq is None else from_seq
+        self.account.resume(run_id, stored, begin)
         self.boundary.expect(run_id, begin, started=started.ts if started else None,
                              run_dir=started.run_dir if started else None)
         link.following.add(run_id)
@@ -393,6 +403,8 @@ class Engine:
                 pass  # not a run id: the boundary refuses the event below
         checked = self.boundary.check(ev)
         if checked is not None:
+            checked = self.account.check(checked)
+        if checked is not None:
             self.feed.push(checked)
 
     # ------------------------------------------------------------------ the wire
@@ -401,11 +413,26 @@ class Engine:
         checked = self.boundary.check(ev)
         if checked is None:
             return
+        if checked.run_id is not None:
+            checked = self.account.check(checked)  # the output cap, seqs that never came
+            if checked is None:
+                return
         if checked.run_id is not None or isinstance(checked, (protocol.Diagnosis,
                                                                protocol.ProbeResult)):
             self.feed.push(checked)
         else:
+            if isinstance(checked, protocol.Error) and checked.req is None:
+                # Unasked (the pod's follower dropped a line of a run's log, say): every
+                # face shows it, where before the headless one ignored it.
+                self._notice("warning", "pod_error", f"the pod says: {checked.title}: "
+                             f"{checked.message}" + (f" → {checked.remedy}"
+                                                     if checked.remedy else ""))
             self.on_side(checked)
+
+    async def _pace(self, nbytes: int) -> None:
+        """The client's pace: read on only while the store keeps up (the feed's bound)."""
+        self.feed.received(nbytes)
+        await self.feed.room()
 
     def _delivered(self, batch: Batch) -> None:
         for ev in batch.events:
@@ -546,6 +573,9 @@ class Engine:
         self._notice("warning", "conflict",
                      f"{len(pairs)} event(s) arrived again with different contents (first: "
                      f"run {run_id} seq {seq}); the first copy is kept", run_id)
+
+    def _accounted(self, run_id: str, kind: str, message: str) -> None:
+        self._notice("warning", kind, message, run_id)
 
     def _store_failed(self, error: GpuwsError) -> None:
         self._notice("error", "store_failed", error.message)

@@ -81,7 +81,7 @@ class EventLog:
         self.seq = count_lines(path)
         # Never a FIFO or a link the workload put in the log's place: opening either
         # could block or write elsewhere.
-        self._fd, _st = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        self._fd, _st = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         self._lock = threading.Lock()
         #: The first write that failed (disk full, quota, file size limit), if any.
         self.write_error: Optional[OSError] = None
@@ -110,6 +110,11 @@ class EventLog:
                                "was dropped" % (str(event["type"])[:40], len(line),
                                                 wire.MAX_LINE)})
             start = os.lseek(self._fd, 0, os.SEEK_END)
+            if start and os.pread(self._fd, 1, start - 1) != b"\n":
+                # Someone else (the workload: $GPUWS_RUN_DIR is in its environment) left
+                # a line without its end; appended to it, this event would be dropped with
+                # that line. A line end first keeps the event on a line of its own.
+                line = b"\n" + line
             written = 0
             try:
                 while written < len(line):
