@@ -298,7 +298,8 @@ def _check_artifact(ev: protocol.Artifact, run_dir: str | None) -> None:
 
 #: The answers a command may check (constrained, so each keeps its own type).
 AnswerT = TypeVar("AnswerT", protocol.NsysPlan, protocol.NcuPlan, protocol.ProbeResult,
-                  protocol.StatResult, protocol.RunList)
+                  protocol.StatResult, protocol.RunList, protocol.WorkspaceStored,
+                  protocol.WorkspaceState)
 
 
 def check_answer(ev: AnswerT) -> AnswerT:
