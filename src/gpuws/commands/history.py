@@ -22,6 +22,7 @@ from ..sessions.export import export_session
 from ..sessions.runlist import RUN_LISTING_REMEDY, RunSummary, list_runs
 from ..sessions.store import RunRow, SessionRow, Store
 from ..text import humanfmt
+from ..text.textsafe import visible
 from .common import console, print_json, write_report
 
 
@@ -111,7 +112,11 @@ async def history(args: argparse.Namespace) -> int:
         t.add_column("Tier-1 median", justify="right", no_wrap=True)
         for r in rows:
             # Text, not str: a workload may hold "[...]", which must never be read as markup.
-            t.add_row(Text(r.run_id), humanfmt.when(r.started)[11:], Text(r.workload),
+            workload = Text(r.workload)
+            if r.code is not None:
+                # Which code gave the number: tree, commit, dirty files.
+                workload.append(f"\n{visible(r.code.short(), 300)}", "dim")
+            t.add_row(Text(r.run_id), humanfmt.when(r.started)[11:], workload,
                       _status(r), _median(r))
         out.print(t)
     out.print(Text("run ids (or unique prefixes) go to compare, baseline, pull and "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import protocol
+
 
 @dataclass
 class CodeRecord:
@@ -40,3 +42,40 @@ class CodeRecord:
             n = len(self.git_changed)
             text += f" (dirty: {n} file{'s' if n != 1 else ''})"
         return text
+
+
+@dataclass(frozen=True)
+class TreeDiff:
+    """What changed from one manifest to another, each list sorted by path."""
+
+    added: list[str]
+    modified: list[str]
+    removed: list[str]
+
+    @property
+    def paths(self) -> list[str]:
+        return sorted(self.added + self.modified + self.removed)
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.modified or self.removed)
+
+    def summary(self, limit: int = 5) -> str:
+        """``3 files: +new.py, ~kern.py, -old.py`` (the first ``limit`` named)."""
+        marks = sorted([(p, "+") for p in self.added] + [(p, "~") for p in self.modified]
+                       + [(p, "-") for p in self.removed])
+        if not marks:
+            return "no files changed"
+        named = ", ".join(f"{m}{p}" for p, m in marks[:limit])
+        more = f", … {len(marks) - limit} more" if len(marks) > limit else ""
+        return f"{len(marks)} file{'s' if len(marks) != 1 else ''}: {named}{more}"
+
+
+def diff_entries(old: list[protocol.WsEntry], new: list[protocol.WsEntry]) -> TreeDiff:
+    """Files added, modified (content or executable bit) and removed from ``old`` to ``new``."""
+    before = {e.path: e for e in old}
+    after = {e.path: e for e in new}
+    return TreeDiff(
+        added=sorted(p for p in after if p not in before),
+        modified=sorted(p for p, e in after.items() if p in before
+                        and (before[p].sha256, before[p].mode) != (e.sha256, e.mode)),
+        removed=sorted(p for p in before if p not in after))

@@ -25,9 +25,9 @@ from .. import protocol
 from ..client import AgentClient
 from ..errors import ProtocolError, WorkspaceError
 from ..text.textsafe import visible
-from .code import CodeRecord
+from .code import CodeRecord, TreeDiff, diff_entries
 from .gitinfo import GitState, git_state
-from .manifest import DEFAULT_CAPS, Caps, HashCache, Manifest, TreeDiff, diff_entries, scan
+from .manifest import DEFAULT_CAPS, Caps, HashCache, Manifest, scan
 
 #: Raw bytes per put: base64 of 4 MiB is 5.6 MB, inside the protocol's 8 MiB line.
 BATCH = 4 << 20
