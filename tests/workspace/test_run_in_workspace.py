@@ -21,7 +21,6 @@ from gpuws.sessions.compare import code_lines, compare_runs
 from gpuws.sessions.export import export_session
 from gpuws.sessions.store import Store
 from gpuws.workspace.sync import workspace_name
-
 from workspace.test_manifest import NEEDS_GIT, git  # type: ignore[import-not-found]
 
 IMPORTS_ITS_PACKAGE = 'cmd:python3 -c "import mykern, os; print(mykern.VALUE, os.getcwd())"'

@@ -7,7 +7,6 @@ machine (each server's ``pod_cache``), so what the sync wrote is checked on disk
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
