@@ -167,3 +167,18 @@ def test_caps_refuse_naming_the_biggest_files(tmp_path: Path) -> None:
 def test_not_a_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(WorkspaceError, match="not a directory"):
         scan(tmp_path / "nope")
+
+
+def test_a_file_list_longer_than_a_line_is_refused(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manifest travels as one request line: a list longer than the line is refused
+    here (with the line shortened so that a small tree overflows it), never sent to be
+    dropped by the pod."""
+    from gpuws.workspace import manifest
+
+    root = project(tmp_path / "p")
+    assert scan(root).entries
+    monkeypatch.setattr(manifest, "MAX_LINE", (64 << 10) + 300)
+    with pytest.raises(WorkspaceError, match=r"file list would be a .* request, over the "
+                                             "protocol's"):
+        scan(root)

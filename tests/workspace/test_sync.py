@@ -217,3 +217,34 @@ def test_refused_before_anything_connects(tmp_path: Path,
     assert code == 2
     assert "Workspace refused" in err and "key is a symlink to" in err
     assert "no-such-host" not in err
+
+
+async def test_many_tiny_files_are_cut_into_puts_that_fit_a_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A put holds at most MAX_PIECES pieces (each ~90 bytes of JSON): with thousands of
+    tiny files the pieces, not the bytes, would overflow the 8 MiB line. The bound is
+    checked on the worst put, and the cutting on a real sync with the bound lowered."""
+    from gpuws import protocol
+    from gpuws.workspace import sync
+
+    worst = protocol.WorkspacePut(
+        req=2**31, pieces=[protocol.WsPiece("f" * 64, 2**30, 2**30, 2**30)] * sync.MAX_PIECES,
+        data="A" * (4 * ((sync.BATCH + 2) // 3)), zlib=True)
+    assert len(protocol.encode(worst)) < protocol.MAX_LINE
+
+    monkeypatch.setattr(sync, "MAX_PIECES", 100)
+    root = tmp_path / "proj"
+    for i in range(250):
+        d = root / f"d{i // 50}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{i}.txt").write_text(str(i))
+    client = await AgentClient.connect(make_transport("local"))
+    try:
+        ws = WorkspaceSync(root)
+        result = await ws.sync(client)
+    finally:
+        await client.close()
+    assert (result.puts, result.blobs_sent, result.written) == (3, 250, 250)
+    there = Path(os.environ["GPUWS_POD_CACHE"]) / "workspaces" / ws.name
+    assert sorted(p.read_text() for p in there.rglob("*.txt")) == sorted(
+        str(i) for i in range(250))

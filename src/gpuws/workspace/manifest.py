@@ -23,6 +23,7 @@ import pathspec
 
 from .. import protocol
 from ..errors import WorkspaceError
+from ..protocol import MAX_LINE
 from ..text import humanfmt
 
 #: Directories never sent outside a git work tree (git's own ignore rules decide inside one).
@@ -151,6 +152,15 @@ def scan(directory: Path, caps: Caps = DEFAULT_CAPS, cache: HashCache | None = N
         mode = 0o755 if st.st_mode & 0o111 else 0o644
         found.append((rel, mode, st.st_size, full))
     _check_sizes(root, found, caps)
+    # The manifest travels as one request line; each entry is its path, a hash and ~40
+    # bytes of JSON. Far beyond any tree within the caps' defaults, but a cap raised (or
+    # 20,000 very long paths) must be refused here, not dropped by the pod as too long.
+    line = sum(len(f[0].encode("utf-8")) + 110 for f in found)
+    if line > MAX_LINE - (64 << 10):
+        raise WorkspaceError(f"{root}'s file list would be a {humanfmt.size(line)} request, "
+                             f"over the protocol's {humanfmt.size(MAX_LINE)} line",
+                             remedy="fewer files or shorter paths (.gitignore), or give -W a "
+                                    "smaller directory")
     entries = []
     for rel, mode, _, full in sorted(found, key=lambda f: f[0].encode("utf-8")):
         st = os.stat(full)  # the size that goes with the hash, should the file have grown

@@ -31,6 +31,9 @@ from .manifest import DEFAULT_CAPS, Caps, HashCache, Manifest, scan
 
 #: Raw bytes per put: base64 of 4 MiB is 5.6 MB, inside the protocol's 8 MiB line.
 BATCH = 4 << 20
+#: Pieces per put: a piece is ~90 bytes of JSON, so a batch of thousands of tiny files
+#: stays well inside the 8 MiB line with its base64 beside it.
+MAX_PIECES = 8192
 #: Puts in flight at once: the agent answers them in order, and the link stays busy
 #: while the next batch is read and encoded.
 IN_FLIGHT = 4
@@ -220,7 +223,7 @@ class _Batch:
 
     @property
     def full(self) -> bool:
-        return len(self.buf) >= BATCH
+        return len(self.buf) >= BATCH or len(self.pieces) >= MAX_PIECES
 
     def add(self, sha: str, data: bytes, offset: int) -> int:
         """Add as much of ``data`` from ``offset`` as fits; returns the new offset."""
