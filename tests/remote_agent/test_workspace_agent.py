@@ -142,3 +142,22 @@ def test_a_state_file_replaced_by_a_link_is_not_followed(tmp_path: Path) -> None
     answer = ws.apply("proj", [entry("a.py", a)], "0" * 64)
     assert answer["applied"] and victim.read_text() == "keep\n"
     assert not state.is_symlink()
+
+
+def test_blobs_no_tree_names_go_once_old() -> None:
+    """The store keeps what a workspace names, and what another laptop may be about to
+    name (young); an old blob no tree names goes at the next apply."""
+    v1, v2, fresh = b"version 1\n", b"version 2\n", b"put, not applied yet\n"
+    put(v1)
+    ws.apply("proj", [entry("k.py", v1)], "0" * 64)
+    put(v2, fresh)
+    old = 1_000_000_000.0
+    for blob in (v1, v2):
+        os.utime(cache() / "wsblobs" / sha(blob), (old, old))
+    (cache() / "wsblobs" / (sha(b"abandoned") + ".part")).write_bytes(b"aband")
+    os.utime(cache() / "wsblobs" / (sha(b"abandoned") + ".part"), (old, old))
+    ws.apply("proj", [entry("k.py", v2)], "0" * 64)  # v1 is named by no tree now
+    assert not ws.has_blob(sha(v1))
+    assert ws.has_blob(sha(v2)) and ws.has_blob(sha(fresh))
+    assert sorted(p.name for p in (cache() / "wsblobs").iterdir()) == sorted(
+        [sha(v2), sha(fresh)])

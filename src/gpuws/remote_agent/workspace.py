@@ -27,6 +27,7 @@ import json
 import os
 import re
 import stat
+import time
 import zlib
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
@@ -419,6 +420,7 @@ def apply(name: str, entries: Any, tree: Any) -> Dict[str, Any]:
         finally:
             dirs.close()
         _save_state(name, tree, new_state)
+        prune_blobs()
         if corrupt:
             # A blob changed in the store since it was verified: it is gone now, and the
             # laptop sends it again (the files already written stay written).
@@ -428,6 +430,47 @@ def apply(name: str, entries: Any, tree: Any) -> Dict[str, Any]:
     finally:
         os.close(lock)
         os.close(root_fd)
+
+
+#: A blob no workspace's state names is removed once it is this old: younger ones may be
+#: the puts of a laptop whose apply has not come yet (several laptops may share a pod).
+PRUNE_AGE_S = 3600.0
+
+
+def prune_blobs(now: Optional[float] = None) -> int:
+    """Remove blobs (and abandoned ``.part`` files) that no workspace's state names and
+    that are older than :data:`PRUNE_AGE_S`, so the store does not grow without bound
+    with every version ever sent. Returns how many went."""
+    cutoff = (time.time() if now is None else now) - PRUNE_AGE_S
+    referenced: Set[str] = set()
+    state_dir = os.path.join(workspaces_root(), ".state")
+    try:
+        names = os.listdir(state_dir)
+    except OSError:
+        return 0
+    for entry in names:
+        if entry.endswith(".json"):
+            for rec in _load_state(entry[:-5]).values():
+                if isinstance(rec, list) and rec:
+                    referenced.add(str(rec[0]))
+    removed = 0
+    try:
+        blobs = os.scandir(blobs_root())
+    except OSError:
+        return 0
+    with blobs:
+        for item in blobs:
+            sha = item.name.split(".", 1)[0]
+            if sha in referenced:
+                continue
+            try:
+                st = item.stat(follow_symlinks=False)
+                if st.st_mtime < cutoff:
+                    os.unlink(item.path)
+                    removed += 1
+            except OSError:
+                pass  # gone already, or another agent's: next time
+    return removed
 
 
 def _remove_gone(dirs: _Dirs, paths: Iterable[str]) -> int:
