@@ -122,3 +122,20 @@ def test_a_workspace_file_workload_must_lie_inside_it(tmp_path: Path,
     code = main(["run", "local", "-W", str(root), "-w", f"file:{tmp_path / 'elsewhere.py'}"])
     assert code == 2
     assert "not a file inside the workspace" in capsys.readouterr().err
+
+
+def test_a_file_workload_in_a_workspace_is_named_by_its_path_inside_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """-W proj -w file:bench/b.py (inside the workspace) and -w file:proj/bench/b.py (from
+    here) name the same file; the spec carries its path in the tree, not its bytes."""
+    from gpuws.runspec import LaunchOptions, build_spec
+
+    root = tmp_path / "proj"
+    (root / "bench").mkdir(parents=True)
+    (root / "bench" / "b.py").write_text("def run():\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    for given in ("file:bench/b.py", "file:proj/bench/b.py", f"file:{root}/bench/b.py"):
+        spec = build_spec(LaunchOptions(workload=given, workspace="proj"))
+        assert (spec.workload, spec.file_name, spec.file_b64) == (
+            "file:bench/b.py", "bench/b.py", None), given
+        assert spec.workspace == workspace_name(root.resolve())
