@@ -118,6 +118,14 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("run", "runs"))
 
+    p = sub.add_parser("sync", help="bring a project directory to the pod (only changed files "
+                                    "travel); `run -W DIR` does it before a run")
+    add_connection_args(p)
+    p.add_argument("--workspace", "-W", metavar="DIR", default=".",
+                   help="the project directory (default: here)")
+    p.add_argument("--json", action="store_true", help="print what was sent as JSON")
+    p.set_defaults(func=_lazy("sync", "sync"))
+
     p = sub.add_parser("ncu", help="which Nsight Compute fits the pod; install one")
     add_connection_args(p)
     p.add_argument("--install", action="store_true", help="run the install plan")

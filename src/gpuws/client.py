@@ -214,6 +214,21 @@ class AgentClient:
         ev = await self.request(protocol.StatFile(req=self.next_req(), path=path))
         return _answer(ev, protocol.StatResult)
 
+    async def workspace_put(self, pieces: list[protocol.WsPiece], data: str,
+                            compressed: bool) -> protocol.WorkspaceStored:
+        """Blobs for the pod's content store (:mod:`gpuws.workspace.sync` makes the batches)."""
+        ev = await self.request(protocol.WorkspacePut(req=self.next_req(), pieces=pieces,
+                                                      data=data, zlib=compressed), timeout=300)
+        return _answer(ev, protocol.WorkspaceStored)
+
+    async def workspace_apply(self, name: str, entries: list[protocol.WsEntry],
+                              tree_sha256: str) -> protocol.WorkspaceState:
+        """Make the pod's workspace ``name`` this tree, or learn which blobs it lacks."""
+        ev = await self.request(protocol.WorkspaceApply(req=self.next_req(), name=name,
+                                                        entries=entries,
+                                                        tree_sha256=tree_sha256), timeout=600)
+        return _answer(ev, protocol.WorkspaceState)
+
     def agent_argv(self) -> list[str]:
         """argv that starts the cached agent on the pod (for side channels)."""
         return agent_argv(build_bundle(), self.python)

@@ -42,6 +42,13 @@ class UsageError(GpuwsError):
     exit_code = 2
 
 
+class WorkspaceError(UsageError):
+    """A workspace refused before anything is sent (a link out of the tree, a file or a
+    tree over its cap, not a directory)."""
+
+    title = "Workspace refused"
+
+
 class ConnectError(GpuwsError):
     """The pod could not be reached or would not let us in."""
 

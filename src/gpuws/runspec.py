@@ -57,6 +57,9 @@ class LaunchOptions:
         env: ``KEY=VALUE`` items for the workload's environment.
         gpu: the GPU to run on, an index or a ``GPU-``/``MIG-`` UUID (prefix); None lets
             CUDA pick (:func:`gpuws.gpu.gpus.check_syntax` says what is valid).
+        workspace: a project directory on this machine, synced to the pod before the run
+            (:mod:`gpuws.workspace`); the run executes in it, and ``file:PATH`` is a path
+            inside it.
     """
 
     workload: str
@@ -80,6 +83,7 @@ class LaunchOptions:
     install_cupy: bool = False
     env: tuple[str, ...] = ()
     gpu: str | None = None
+    workspace: str | None = None
 
 
 TIERS = (1, 2, 3)
@@ -267,8 +271,9 @@ def _check_regex(regex: str | None) -> None:
                          remedy="e.g. --kernel-regex 'saxpy|gemm'") from None
 
 
-def _workload(text: str) -> tuple[str, str | None, str | None]:
-    """The spec's workload string, and a ``file:`` workload's name and base64 content."""
+def _workload(text: str, workspace: Path | None = None) -> tuple[str, str | None, str | None]:
+    """The spec's workload string, and a ``file:`` workload's name and base64 content
+    (none in a workspace: the file is one of its files, named by its path inside it)."""
     try:
         ref = validate(text)
     except WorkloadError as exc:
@@ -276,6 +281,9 @@ def _workload(text: str) -> tuple[str, str | None, str | None]:
                          "use builtin:NAME[?k=v&...], file:PATH or cmd:COMMAND") from None
     if ref.kind != "file":
         return text, None, None
+    if workspace is not None:
+        rel = _inside(workspace, ref.target)
+        return f"file:{rel}", rel, None
     path = Path(ref.target).expanduser()
     try:
         data = path.read_bytes()
@@ -284,6 +292,35 @@ def _workload(text: str) -> tuple[str, str | None, str | None]:
                          remedy="check the path after file: (it is a file on this machine, "
                                 "sent to the pod with the run)") from exc
     return f"file:{path.name}", path.name, base64.b64encode(data).decode()
+
+
+def _inside(root: Path, target: str) -> str:
+    """``file:PATH`` in a workspace: PATH relative to the workspace (as typed, or as a
+    path on this machine that lies inside it), refused when it is not a file there."""
+    given = Path(target).expanduser()
+    # Inside the workspace first (-W proj -w file:bench/x.py), then from here
+    # (-W proj -w file:proj/bench/x.py).
+    tries = [given] if given.is_absolute() else [root / given, given]
+    found = [p.resolve() for p in tries if p.resolve().is_file()]
+    path = found[0] if found else tries[0].resolve()
+    if not path.is_relative_to(root) or not path.is_file():
+        raise UsageError(f"file:{target} is not a file inside the workspace {root}",
+                         remedy="give the benchmark's path inside the -W directory, e.g. "
+                                "-w file:bench/attn.py -W .")
+    return path.relative_to(root).as_posix()
+
+
+def workspace_of(opts: LaunchOptions) -> tuple[Path, str] | None:
+    """The workspace's directory (resolved) and its name on the pod, or None."""
+    if opts.workspace is None:
+        return None
+    from .workspace.sync import workspace_name
+
+    root = Path(opts.workspace).expanduser().resolve()
+    if not root.is_dir():
+        raise UsageError(f"-W {opts.workspace}: not a directory",
+                         remedy="give -W the project's directory, e.g. -W .")
+    return root, workspace_name(root)
 
 
 def build_spec(opts: LaunchOptions) -> protocol.RunSpec:
@@ -298,7 +335,8 @@ def build_spec(opts: LaunchOptions) -> protocol.RunSpec:
             not chosen, a bad regex or env item, a ``gpu`` that is neither an index nor a
             UUID. The remedy lists what is valid.
     """
-    workload, file_name, file_b64 = _workload(opts.workload)
+    ws = workspace_of(opts)
+    workload, file_name, file_b64 = _workload(opts.workload, ws[0] if ws else None)
     gpu = check_gpu_syntax(opts.gpu)
     tiers = _tiers(opts.tiers)
     timing = _timing(opts.timing)
@@ -322,4 +360,4 @@ def build_spec(opts: LaunchOptions) -> protocol.RunSpec:
         replay_mode=opts.replay_mode, clock_control=opts.clock_control,
         cache_control=opts.cache_control, ncu_path=opts.ncu_path, file_name=file_name,
         file_b64=file_b64, env=env, timeout_s=opts.timeout, install_cupy=opts.install_cupy,
-        profile_iters=opts.profile_iters, gpu=gpu)
+        profile_iters=opts.profile_iters, gpu=gpu, workspace=ws[1] if ws else None)

@@ -329,6 +329,7 @@ def test_the_live_lines_show_pod_text_literally() -> None:
     (["--detach"], "--detach does not apply to a fleet of 2 pods"),
     (["--rate", "2"], "--rate does not apply to a fleet"),
     (["-p", "2222"], "-p does not apply to a fleet"),
+    (["-W", "."], "-W does not apply to a fleet"),
     (["--baseline", "x"], "--baseline does not apply to a fleet"),
     (["--baseline", "x", "--fail-if-slower", "3"], "--baseline does not apply"),
     (["-w", "builtin:nosuch"], "unknown builtin workload 'nosuch'"),

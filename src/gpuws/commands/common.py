@@ -145,6 +145,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", "-w", required=True,
                    help="builtin:NAME[?k=v&...], file:PATH or cmd:COMMAND")
     p.add_argument("--tiers", default="1,2,3", help="comma-separated tiers (default 1,2,3)")
+    p.add_argument("--workspace", "-W", metavar="DIR",
+                   help="bring this project directory to the pod first (only changed files "
+                        "travel) and run in it: cmd: starts there, file:PATH is a path inside "
+                        "it with its root on sys.path; the run records the tree and git commit")
     p.add_argument("--gpu", metavar="N|UUID",
                    help="the GPU to run on, through every tier: its index (0, 1, …) or its "
                         "UUID as nvidia-smi -L prints it (GPU-…, MIG-…; a unique prefix is "

@@ -64,6 +64,8 @@ _REFUSED = (
     ("rate", "--rate", "pods have their own prices: set each in the config "
                        "([hosts.POD] rate_usd_per_hour)"),
     ("port", "-p", "give each pod its own port: user@host:PORT"),
+    ("workspace", "-W", "a fleet does not sync a workspace yet: run `gpuws run POD -W DIR "
+                        "-w …` on each pod"),
 )
 _STATE_STYLE = {"ok": "green", "running": "cyan", "connected": "cyan", "connecting": "cyan",
                 "pending": "dim"}

@@ -118,7 +118,11 @@ async def history(args: argparse.Namespace) -> int:
         for r in rows:
             # Text, not str: a workload may hold "[...]", which must never be read as markup,
             # and made visible: "\x1b]0;…" must not retitle the terminal.
-            t.add_row(safe(r.run_id), humanfmt.when(r.started)[11:], safe(r.workload),
+            workload = safe(r.workload)
+            if r.code is not None:
+                # Which code gave the number: tree, commit, dirty files.
+                workload.append(f"\n{visible(r.code.short(), 300)}", "dim")
+            t.add_row(safe(r.run_id), humanfmt.when(r.started)[11:], workload,
                       _status(r), _median(r))
         out.print(t)
     out.print(Text("run ids (or unique prefixes) go to compare, baseline, pull and "

@@ -33,6 +33,7 @@ from ..text import humanfmt
 from ..text.textsafe import text as safe
 from ..text.textsafe import visible
 from .common import connect, console, print_json
+from .sync import sync_line
 
 
 def build_spec(args: argparse.Namespace) -> protocol.RunSpec:
@@ -375,6 +376,13 @@ async def run(args: argparse.Namespace) -> int:
     spec = build_spec(args)
     if args.fail_if_slower is not None and not args.baseline:
         raise UsageError("--fail-if-slower needs --baseline RUN_ID")
+    workspace = None
+    if getattr(args, "workspace", None):
+        from ..workspace.sync import WorkspaceSync
+
+        # Scanned (and refused, if it must be) before anything connects or is sent.
+        workspace = WorkspaceSync(args.workspace)
+        manifest = await asyncio.to_thread(workspace.scan)
     printer = Printer(args.json)
     engine = make_engine(args, printer)
     _on_sigterm(asyncio.current_task())
@@ -383,7 +391,13 @@ async def run(args: argparse.Namespace) -> int:
         if engine.link is not None:
             # The probe is known now: a GPU the pod lacks is refused before anything runs.
             gpus.check_on_pod(spec.gpu, engine.link.probe)
-        info = await engine.start_run(spec)
+        if workspace is not None and engine.link is not None:
+            synced = await workspace.sync(engine.link.client, manifest)
+            code = await asyncio.to_thread(workspace.code, manifest)
+            console(stderr=True, markup=False).print(sync_line(synced, code))
+            info = await engine.start_run(spec, code, manifest.entries)
+        else:
+            info = await engine.start_run(spec)
         if args.detach:
             await asyncio.sleep(0.2)
             await engine.drained()

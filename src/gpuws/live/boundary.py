@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import msgspec
 
@@ -328,7 +328,8 @@ def _check_artifact(ev: protocol.Artifact, run_dir: str | None) -> None:
 
 #: The answers a command may check (constrained, so each keeps its own type).
 AnswerT = TypeVar("AnswerT", protocol.NsysPlan, protocol.NcuPlan, protocol.ProbeResult,
-                  protocol.StatResult, protocol.RunList)
+                  protocol.StatResult, protocol.RunList, protocol.WorkspaceStored,
+                  protocol.WorkspaceState)
 
 
 def check_answer(ev: AnswerT) -> AnswerT:
@@ -343,7 +344,8 @@ def check_answer(ev: AnswerT) -> AnswerT:
         ProtocolError: the answer was refused; the message says why.
     """
     if isinstance(ev, protocol.ProbeResult):
-        ev = bound_gpu_list(ev)
+        # Any: mypy checks this line once per constraint of AnswerT, unreachable ones too.
+        ev = cast(Any, bound_gpu_list(ev))
     why: list[str] = []
     if Boundary(on_refusal=lambda _kind, message, _n: why.append(message)).check(ev) is None:
         raise ProtocolError(f"the pod's answer was refused: {why[0] if why else '?'}",

@@ -34,6 +34,7 @@ from ..sessions.cost import BUDGET_WARN_FRACTION, resolve_budget, resolve_rate
 from ..sessions.store import Store
 from ..text import humanfmt
 from ..text.textsafe import visible
+from ..workspace.code import CodeRecord
 from .account import DEFAULT_MAX_OUTPUT_MIB, RunAccount
 from .boundary import RUN_ID_PATTERN as _RUN_ID
 from .boundary import Boundary
@@ -295,10 +296,18 @@ class Engine:
                 self._changed.notify_all()
 
     # ------------------------------------------------------------------ runs
-    async def start_run(self, spec: protocol.RunSpec) -> protocol.RunInfo:
-        """Start a run under an id the laptop chose, and follow it."""
+    async def start_run(self, spec: protocol.RunSpec, code: CodeRecord | None = None,
+                        entries: list[protocol.WsEntry] | None = None) -> protocol.RunInfo:
+        """Start a run under an id the laptop chose, and follow it.
+
+        ``code`` (with its manifest's ``entries``) is the workspace the run executes in, as
+        synced: it is recorded with the run before the pod is asked, from what the laptop
+        sent, never from what the pod says.
+        """
         link = self._require_link()
         run_id = new_run_id(self.now())
+        if code is not None:
+            await self.store.call(lambda s: s.record_code(run_id, code, entries or []))
         self.boundary.expect(run_id, 0)
         link.following.add(run_id)
         info = await link.client.start_run(spec, run_id=run_id)

@@ -68,7 +68,17 @@ def load_workload(spec: Dict[str, Any], run_id: str) -> Any:
     if ref.kind == "builtin":
         return make_builtin(ref.target, ref.params)
     if ref.kind == "file":
-        return load_file_workload(materialize_file(spec, run_id))
+        workspace = spec.get("workspace")
+        if workspace is None:
+            return load_file_workload(materialize_file(spec, run_id))
+        from .workspace import resolve_file, workspace_dir
+
+        # The benchmark imports its own package: the workspace's root leads sys.path for
+        # the whole child (load_file_workload adds the file's folder only while it runs).
+        root = workspace_dir(str(workspace))
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        return load_file_workload(resolve_file(str(workspace), ref.target))
     raise ValueError("a %s: workload has no Python run() to load" % ref.kind)
 
 

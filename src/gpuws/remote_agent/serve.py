@@ -157,6 +157,10 @@ def _start_run(msg: Dict[str, Any], srv: Server) -> None:
                          % ", ".join(repr(k) for k in unknown)[:300])
     if spec.get("timing") not in (None, "auto", "cold", "hot"):
         raise ValueError("spec.timing must be 'auto', 'cold' or 'hot'")
+    if spec.get("workspace") is not None:
+        from .workspace import check_name
+
+        check_name(spec["workspace"])
     run_id = msg.get("run_id")
     if run_id is not None:
         if not isinstance(run_id, str):
@@ -240,6 +244,36 @@ def _nsys_plan(msg: Dict[str, Any], srv: Server) -> None:
     srv.spawn(go, msg.get("req"))
 
 
+def _workspace_put(msg: Dict[str, Any], srv: Server) -> None:
+    # Inline, not on a thread: puts are answered in the order they came, and an apply
+    # (which waits for every put's answer on the laptop) never overtakes one.
+    from .workspace import put
+
+    stored, refused = put(msg["pieces"], msg["data"], bool(msg.get("zlib")))
+    srv.reply(msg.get("req"), "workspace_stored", stored=stored, refused=refused)
+
+
+def _workspace_apply(msg: Dict[str, Any], srv: Server) -> None:
+    from .workspace import WorkspaceError, apply, check_name
+
+    name = check_name(msg["name"])
+
+    def go() -> None:
+        # On its own thread: writing thousands of files must not hold up a Ping.
+        try:
+            answer = apply(name, msg["entries"], msg["tree_sha256"])
+        except WorkspaceError as exc:
+            srv.fail(msg.get("req"), "bad_request", "Bad request", str(exc)[:500])
+            return
+        except OSError as exc:
+            srv.fail(msg.get("req"), "pod_error", "The pod refused",
+                     "workspace %s: %s: %s" % (name, type(exc).__name__, exc),
+                     "check free disk space and that ~/.cache/gpuws on the pod is yours")
+            return
+        srv.reply(msg.get("req"), "workspace_state", **answer)
+    srv.spawn(go, msg.get("req"))
+
+
 def _shutdown(msg: Dict[str, Any], srv: Server) -> None:
     srv.reply(msg.get("req"), "pong")
     srv.stop.set()
@@ -254,6 +288,8 @@ REQUEST_FIELDS: Dict[str, FrozenSet[str]] = {
         ("attach", ("run_id", "from_seq", "follow")), ("cancel", ("run_id",)),
         ("list_runs", ()), ("telemetry", ("interval_s",)), ("ncu_plan", ("install",)),
         ("stat_file", ("path",)), ("shutdown", ()), ("nsys_plan", ("install",)),
+        ("workspace_put", ("pieces", "data", "zlib")),
+        ("workspace_apply", ("name", "entries", "tree_sha256")),
     )
 }
 #: The fields of protocol.RunSpec.
@@ -261,14 +297,15 @@ SPEC_FIELDS: FrozenSet[str] = frozenset((
     "workload", "tiers", "target_ci", "max_seconds", "min_samples", "warmup", "timing",
     "cold", "kernel_regex", "launch_skip", "launch_count", "ncu_set", "ncu_sections",
     "replay_mode", "clock_control", "cache_control", "ncu_path", "file_name", "file_b64", "env",
-    "timeout_s", "install_cupy", "profile_iters", "gpu",
+    "timeout_s", "install_cupy", "profile_iters", "gpu", "workspace",
 ))
 
 HANDLERS: Dict[str, Handler] = {
     "ping": _ping, "probe": _probe, "start_run": _start_run, "attach": _attach,
     "cancel": _cancel, "list_runs": _list_runs, "telemetry": _telemetry,
     "stat_file": _stat_file, "ncu_plan": _ncu_plan, "shutdown": _shutdown,
-    "nsys_plan": _nsys_plan,
+    "nsys_plan": _nsys_plan, "workspace_put": _workspace_put,
+    "workspace_apply": _workspace_apply,
 }
 
 

@@ -41,6 +41,17 @@ class RunContext:
         self.env["GPUWS_ARTIFACT_DIR"] = self.artifact_dir
         self.env["GPUWS_RUN_ID"] = run_id
         self.env["GPUWS_RUN_DIR"] = self.run_dir
+        #: Where the workload's processes start: the synced workspace (its root also first
+        #: on PYTHONPATH, so a benchmark imports its own package), else the run directory.
+        self.work_dir = self.run_dir
+        workspace = spec.get("workspace")
+        if workspace is not None:
+            from .workspace import workspace_dir
+
+            self.work_dir = workspace_dir(str(workspace))
+            self.env["GPUWS_WORKSPACE"] = self.work_dir
+            self.env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (self.work_dir, self.env.get("PYTHONPATH")) if p)
         self.announced: Set[str] = set()
         self.skipped: Set[str] = set()
         self.exit_code: Optional[int] = None

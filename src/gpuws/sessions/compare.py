@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import random
 import statistics
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 from rich.console import Console
@@ -29,6 +29,7 @@ from gpuws.remote_agent.measure.stats import percentile
 from gpuws.sessions.store import KernelMetricsRow, Store
 from gpuws.text import humanfmt
 from gpuws.text.textsafe import visible
+from gpuws.workspace.code import CodeRecord, diff_entries
 
 RESAMPLES = 2000
 SEED = 20_240_601
@@ -125,6 +126,12 @@ class Comparison(msgspec.Struct, frozen=True, kw_only=True):
     cycle_ratio: float | None = None
     #: What the cycle ratio means here, in one line (empty without one).
     cycle_note: str = ""
+    #: The code each run measured (None: run without a workspace).
+    code_a: CodeRecord | None = None
+    code_b: CodeRecord | None = None
+    #: The files that differ between the two runs' trees, marked ``+`` added, ``~``
+    #: modified, ``-`` removed (from A to B); None when a tree's manifest is not stored.
+    code_changes: list[str] | None = None
 
 
 #: Median SM clocks further apart than this are a difference worth a line (NVML moves the
@@ -227,7 +234,38 @@ def compare_runs(store: Store, a: str, b: str) -> Comparison:
                       clock_caution_b=clocks.caution(clocks_b) or "",
                       differences=gpu_differences(gpu_a, gpu_b, clocks_a, clocks_b)
                       + ([timer_note] if timer_note and tier1 is not None else []),
-                      cycle_ratio=ratio, cycle_note=note)
+                      cycle_ratio=ratio, cycle_note=note, **code_comparison(
+                          store, run_a.run_id, run_b.run_id))
+
+
+def code_comparison(store: Store, a: str, b: str) -> dict[str, Any]:
+    """The ``code_*`` fields of a comparison: each run's code and the files between them."""
+    code_a, code_b = store.code(a), store.code(b)
+    changes = None
+    if code_a is not None and code_b is not None:
+        old, new = store.manifest(code_a.tree_sha256), store.manifest(code_b.tree_sha256)
+        if old is not None and new is not None:
+            diff = diff_entries(old, new)
+            changes = sorted([f"+{p}" for p in diff.added] + [f"~{p}" for p in diff.modified]
+                             + [f"-{p}" for p in diff.removed], key=lambda m: m[1:])
+    return {"code_a": code_a, "code_b": code_b, "code_changes": changes}
+
+
+def code_lines(c: Comparison, limit: int = 20) -> list[str]:
+    """The code behind each run, and the files that changed between them (plain text)."""
+    if c.code_a is None and c.code_b is None:
+        return []
+    lines = [f"code A: {c.code_a.short() if c.code_a else 'no workspace'}",
+             f"code B: {c.code_b.short() if c.code_b else 'no workspace'}"]
+    if c.code_changes is not None:
+        if not c.code_changes:
+            lines.append("same tree: no file changed between them")
+        else:
+            shown = ", ".join(c.code_changes[:limit])
+            more = f", … {len(c.code_changes) - limit} more" if len(c.code_changes) > limit \
+                else ""
+            lines.append(f"{len(c.code_changes)} file(s) changed from A to B: {shown}{more}")
+    return [visible(line, 2000) for line in lines]
 
 
 def _same_timer(samples_a: list[float], result_a: protocol.Tier1Result | None,
@@ -467,6 +505,8 @@ def render_comparison(c: Comparison, console: Console) -> None:
             console.print(Text(f"caution: {c.tier1_caution}", style="yellow"))
     for line in caution_lines(c):
         console.print(Text(line, style="yellow"))
+    for line in code_lines(c):
+        console.print(Text(line, style="cyan"))
     for k in c.kernels:
         table = Table(title=Text(f"{visible(k.kernel, 200)} (launch {k.launch})" + (
             "" if k.in_a and k.in_b else " — only in " + ("A" if k.in_a else "B"))))

@@ -27,6 +27,7 @@ from gpuws.sessions.cost import Economics, economics
 from gpuws.sessions.fleet import cells, columns, failure_lines, fleet_comparison, notes
 from gpuws.sessions.store import ArtifactRow, KernelMetricsRow, RunRow, SessionRow, Store
 from gpuws.text.textsafe import md_code, md_code_block, md_text, visible_lines
+from gpuws.workspace.code import CodeRecord
 
 #: The viewer for each artifact kind (by file suffix).
 VIEWERS = {".ncu-rep": "ncu-ui", ".nsys-rep": "nsys-ui", ".qdrep": "nsys-ui"}
@@ -228,6 +229,7 @@ def _run_section(store: Store, run: RunRow) -> list[str]:
         facts.append("marked as baseline")
     out += [" · ".join(facts), ""]
     out += _run_gpu(store, run)
+    out += _run_code(store.code(run.run_id))
 
     events = store.run_events(run.run_id, _REPORT_TYPES)
     started = [e for e in events if isinstance(e, protocol.TierStarted)]
@@ -285,6 +287,23 @@ def _run_gpu(store: Store, run: RunRow) -> list[str]:
     if warning is not None:
         out += [f"**Caution:** {_esc(warning)}.", ""]
     return out
+
+
+def _run_code(code: CodeRecord | None) -> list[str]:
+    """The code the run measured: workspace tree, git commit, files that differ from it."""
+    if code is None:
+        return []
+    line = (f"Code: workspace {_code(code.directory, cell=False)}, {code.files:,} files "
+            f"({_size(code.total_bytes)}), tree {_code(code.tree_sha256[:16], cell=False)}")
+    if code.git_commit:
+        line += f", git {_code(code.git_commit[:12], cell=False)}"
+    if code.git_dirty:
+        shown = ", ".join(_code(p, cell=False) for p in code.git_changed[:10])
+        more = f" and {len(code.git_changed) - 10} more" if len(code.git_changed) > 10 else ""
+        line += f", **dirty**: {shown}{more} differ from it"
+    elif code.git_dirty is False:
+        line += ", clean"
+    return [line, ""]
 
 
 def _commands(started: list[protocol.TierStarted]) -> list[str]:
@@ -443,6 +462,12 @@ def _comparison(c: Comparison) -> list[str]:
             out += ["", f"**Caution:** {_esc(c.tier1_caution)}."]
     for line in c.differences:
         out += ["", f"**Not like for like:** {_esc(line)}."]
+    if c.code_changes:
+        shown = ", ".join(_code(p, cell=False) for p in c.code_changes[:20])
+        more = f" and {len(c.code_changes) - 20} more" if len(c.code_changes) > 20 else ""
+        out += ["", f"**Code changed** from the baseline: {shown}{more}."]
+    elif c.code_changes == []:
+        out += ["", "**Same code** as the baseline (the same workspace tree)."]
     for side, caution in (("baseline", c.clock_caution_a), ("this run", c.clock_caution_b)):
         if caution:
             out += ["", f"**Caution ({side}):** {_esc(caution)}."]

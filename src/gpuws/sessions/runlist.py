@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from .. import protocol
+from ..workspace.code import CodeRecord
 from .store import RunRow, Store
 
 #: Where every error that names an unknown run id points.
@@ -38,6 +39,8 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
             (empty when everything it was asked for ran).
         is_baseline: it is the baseline of its workload.
         baseline_of: the baseline it is compared with.
+        code: the workspace code it measured (tree hash, git commit and changes), None
+            for a run without a workspace.
     """
 
     run_id: str
@@ -55,6 +58,7 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     why: str
     is_baseline: bool
     baseline_of: str | None
+    code: CodeRecord | None = None
 
 
 def list_runs(store: Store, session: str | None = None) -> list[RunSummary]:
@@ -83,7 +87,7 @@ def summarize(store: Store, run: RunRow, host: str) -> RunSummary:
         tier1_ci_pct=stats.ci_rel_halfwidth * 100.0 if stats else None,
         tier1_n=stats.n if stats else None, tier1_mode=t1.mode if t1 is not None else None,
         why=why_failed(store, run.run_id), is_baseline=run.is_baseline,
-        baseline_of=run.baseline_of)
+        baseline_of=run.baseline_of, code=store.code(run.run_id))
 
 
 def why_failed(store: Store, run_id: str) -> str:

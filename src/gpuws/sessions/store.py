@@ -13,10 +13,12 @@ Schema changes are migrations: ``_MIGRATIONS[i]`` takes the schema from version 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import sqlite3
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +29,7 @@ import msgspec
 from gpuws import protocol
 from gpuws.errors import StoreError, TransferError, UsageError
 from gpuws.locations import db_path, ensure_private_dir
+from gpuws.workspace.code import CodeRecord
 
 #: Anything ``ingest`` takes: a decoded event, or the raw JSON line it came from (stored
 #: byte for byte, which is cheaper than re-encoding and keeps the record exact).
@@ -260,14 +263,41 @@ def _migration_2(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _migration_3(conn: sqlite3.Connection) -> None:
+    """Workspaces: the code each run measured, as the laptop knew it when it started the
+    run (never what the pod says), and the manifests, so two runs' trees can be diffed.
+    A manifest is zlib-compressed JSON of its ``WsEntry`` list, stored once per tree."""
+    statements = [
+        """CREATE TABLE manifests(
+            tree_sha TEXT PRIMARY KEY,
+            entries BLOB NOT NULL)""",
+        # No foreign key on run_id: the run's row appears with its first stored event,
+        # after this is recorded.
+        """CREATE TABLE run_code(
+            run_id TEXT PRIMARY KEY,
+            directory TEXT NOT NULL,
+            name TEXT NOT NULL,
+            tree_sha TEXT NOT NULL,
+            files INTEGER NOT NULL,
+            total_bytes INTEGER NOT NULL,
+            git_commit TEXT,
+            git_dirty INTEGER,
+            git_changed_json TEXT NOT NULL)""",
+    ]
+    for statement in statements:
+        conn.execute(statement)
+
+
 #: Ordered migrations; version N is reached by running the first N. Add one by appending.
-_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migration_1, _migration_2]
+_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migration_1, _migration_2,
+                                                           _migration_3]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _TAGS: dict[type, str] = {cls: str(cls.__struct_config__.tag) for cls in get_args(protocol.Events)}
 _samples_decoder = msgspec.json.Decoder(protocol.Samples)
 _probe_decoder = msgspec.json.Decoder(protocol.Probe)
 _spec_decoder = msgspec.json.Decoder(protocol.RunSpec)
+_manifest_decoder = msgspec.json.Decoder(list[protocol.WsEntry])
 _encoder = msgspec.json.Encoder()
 _STALL = "stall:"
 
@@ -651,6 +681,39 @@ class Store:
             raise StoreError(f"run {rid} cannot be its own baseline")
         with self._transaction() as cur:
             cur.execute("UPDATE runs SET baseline_of = ? WHERE run_id = ?", (base, rid))
+
+    # -- the code runs measured (workspaces)
+    def record_code(self, run_id: str, code: CodeRecord,
+                    entries: list[protocol.WsEntry]) -> None:
+        """Record which tree ``run_id`` runs (before it starts: nothing depends on the pod)."""
+        body = zlib.compress(_encoder.encode(entries), 6)
+        with self._transaction() as cur:
+            cur.execute("INSERT OR IGNORE INTO manifests(tree_sha, entries) VALUES (?, ?)",
+                        (code.tree_sha256, body))
+            cur.execute(
+                "INSERT OR REPLACE INTO run_code(run_id, directory, name, tree_sha, files, "
+                "total_bytes, git_commit, git_dirty, git_changed_json) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, code.directory, code.name, code.tree_sha256, code.files,
+                 code.total_bytes, code.git_commit,
+                 None if code.git_dirty is None else int(code.git_dirty),
+                 _json(code.git_changed)))
+
+    def code(self, run_id: str) -> CodeRecord | None:
+        """The code ``run_id`` measured; None for a run without a workspace."""
+        row = self._conn.execute(
+            "SELECT directory, name, tree_sha, files, total_bytes, git_commit, git_dirty, "
+            "git_changed_json FROM run_code WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            return None
+        return CodeRecord(row[0], row[1], row[2], row[3], row[4], row[5],
+                          None if row[6] is None else bool(row[6]), json.loads(row[7]))
+
+    def manifest(self, tree_sha: str) -> list[protocol.WsEntry] | None:
+        """A stored tree's files, or None when it was never recorded."""
+        row = self._conn.execute("SELECT entries FROM manifests WHERE tree_sha = ?",
+                                 (tree_sha,)).fetchone()
+        return None if row is None else _manifest_decoder.decode(zlib.decompress(row[0]))
 
     def metrics(self, run_id: str) -> list[KernelMetricsRow]:
         """Canonical metrics and top stalls per profiled launch, in the order recorded."""

@@ -438,9 +438,12 @@ class GpuwsApp(App[int]):
             return
         self._work(workers.open_launcher(self), "store", "list baseline candidates")
 
-    def launch_run(self, spec: protocol.RunSpec, baseline: str | None) -> None:
-        """Ask the pod to start ``spec`` (called by the launcher)."""
-        self._work(workers.launch(self, spec, baseline), "run", f"start {spec.workload}")
+    def launch_run(self, spec: protocol.RunSpec, baseline: str | None,
+                   workspace: str | None = None) -> None:
+        """Ask the pod to start ``spec`` (called by the launcher), in ``workspace`` synced
+        first when one is given."""
+        self._work(workers.launch(self, spec, baseline, workspace), "run",
+                   f"start {spec.workload}")
 
     def cancel_run(self, run_id: str) -> None:
         """Cancel a run on the pod."""

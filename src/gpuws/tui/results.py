@@ -9,6 +9,7 @@ from ..errors import GpuwsError
 from ..sessions.compare import Comparison, compare_runs
 from ..sessions.runlist import why_failed
 from ..sessions.store import KernelMetricsRow, RunRow, Store
+from ..workspace.code import CodeRecord
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class RunResults:
         failure: why the run failed, was cancelled or a tier gave nothing (empty when
             everything it was asked for ran).
         tiers: how each tier that finished ended, by tier number.
+        code: the workspace code the run measured (None: no workspace).
     """
 
     run: RunRow
@@ -41,6 +43,7 @@ class RunResults:
     baseline_note: str
     failure: str = ""
     tiers: dict[int, protocol.TierFinished] = field(default_factory=dict)
+    code: CodeRecord | None = None
 
     def metrics_note(self) -> str:
         """Why there are no Tier-3 metrics to show (empty when there are some)."""
@@ -91,4 +94,5 @@ def load_results(store: Store, run_id: str) -> RunResults:
                       metrics=store.metrics(run.run_id), rules=store.rules(run.run_id),
                       static=static, diagnoses=store.diagnoses(run.run_id),
                       comparison=comparison, baseline_note=note,
-                      failure=why_failed(store, run.run_id), tiers=tiers)
+                      failure=why_failed(store, run.run_id), tiers=tiers,
+                      code=store.code(run.run_id))

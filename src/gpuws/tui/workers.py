@@ -120,10 +120,23 @@ async def open_launcher(app: GpuwsApp) -> None:
     app.push_screen(LauncherScreen(await app.store.call(candidates)))
 
 
-async def launch(app: GpuwsApp, spec: protocol.RunSpec, baseline: str | None) -> None:
-    """Start a run and open its live panes."""
-    _link(app)
-    info = await app.engine.start_run(spec)
+async def launch(app: GpuwsApp, spec: protocol.RunSpec, baseline: str | None,
+                 workspace: str | None = None) -> None:
+    """Start a run and open its live panes; with ``workspace``, sync that directory to the
+    pod first (a refusal is the worker's error, shown as a banner) and record its code."""
+    link = _link(app)
+    if workspace is None:
+        info = await app.engine.start_run(spec)
+    else:
+        from ..commands.sync import sync_line
+        from ..workspace.sync import WorkspaceSync
+
+        ws = WorkspaceSync(workspace)
+        manifest = await asyncio.to_thread(ws.scan)
+        synced = await ws.sync(link.client, manifest)
+        code = await asyncio.to_thread(ws.code, manifest)
+        app.notify(sync_line(synced, code).plain, timeout=8, markup=False)
+        info = await app.engine.start_run(spec, code, manifest.entries)
     if baseline:
         app.pending_baselines[info.run_id] = baseline
     app.pop_screen()  # the launcher

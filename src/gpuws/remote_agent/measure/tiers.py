@@ -133,6 +133,9 @@ def execute(ctx: "RunContext") -> None:
         ref = parse_workload(str(ctx.spec["workload"]))
     except ValueError as exc:
         raise WorkloadError(str(exc)) from exc
+    if ctx.work_dir != ctx.run_dir and not os.path.isdir(ctx.work_dir):
+        raise WorkloadError("the workspace %s is not on this pod: sync it first (gpuws run "
+                            "-W DIR sends it)" % ctx.spec.get("workspace"))
     pod = Pod(run_gpu_index(ctx))
     ctx.python_choice = pod.python
     if ref.kind == "cmd":
@@ -180,7 +183,7 @@ def run_command(ctx: "RunContext", command: str, pod: Pod) -> None:
     ctx.emit(wire.make("tier_started", tier=0, argv=argv, name="workload" if recorded is None
                        else "workload, under torch.profiler for Tier 2"))
     t0 = time.time()
-    result = procs.run_streaming(argv, emit=ctx.emit, tier=0, cwd=ctx.run_dir, env=env,
+    result = procs.run_streaming(argv, emit=ctx.emit, tier=0, cwd=ctx.work_dir, env=env,
                                  timeout_s=ctx.spec.get("timeout_s"))
     ctx.exit_code = result.returncode
     status = "ok" if result.returncode == 0 else "failed"
@@ -228,7 +231,11 @@ def command_argv(ctx: "RunContext", command: str) -> List[str]:
                                            ctx.python_choice)
     if plan.how == "exec":
         plan.argv = pythons.command_argv(plan.argv, ctx.python_choice)
-        found = shutil.which(plan.argv[0], path=ctx.env.get("PATH", os.defpath))
+        program = plan.argv[0]
+        if os.sep in program and not os.path.isabs(program):
+            # ./run.sh is the work dir's (the workspace's), not the worker's current one.
+            program = os.path.join(ctx.work_dir, program)
+        found = shutil.which(program, path=ctx.env.get("PATH", os.defpath))
         if found is None:
             raise WorkloadError("cmd: %s: command not found on the pod (PATH=%s)"
                                 % (plan.argv[0], ctx.env.get("PATH", os.defpath)))
@@ -309,7 +316,7 @@ def declared_regex(ref: Any) -> Optional[str]:
 
 def run_child(ctx: "RunContext", mode: str, *args: str, tier: int) -> procs.ProcResult:
     result = procs.run_streaming(child_argv(ctx, mode, *args), emit=ctx.emit, tier=tier,
-                                 cwd=ctx.run_dir, env=ctx.env, child_events=True,
+                                 cwd=ctx.work_dir, env=ctx.env, child_events=True,
                                  timeout_s=ctx.spec.get("timeout_s"))
     if result.returncode != 0 and not procs.CANCELLED["flag"]:
         last = (result.stderr_tail.strip().splitlines() or ["exit %d" % result.returncode])[-1]
@@ -448,7 +455,7 @@ def tier2_torch(ctx: "RunContext", argv: List[str], inject: bool, tried: List[st
     out = prepare(ctx.run_dir, env, inject)
     ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline (torch.profiler%s)"
                        % (", injected" if inject else ""), argv=argv))
-    res = procs.run_streaming(argv, emit=ctx.emit, tier=2, cwd=ctx.run_dir, env=env,
+    res = procs.run_streaming(argv, emit=ctx.emit, tier=2, cwd=ctx.work_dir, env=env,
                               child_events=not inject, timeout_s=ctx.spec.get("timeout_s"))
     if res.returncode != 0:
         tried.append("torch.profiler: the workload exited with code %d" % res.returncode)
@@ -500,7 +507,7 @@ def tier2_nsys(ctx: "RunContext", pod: Pod, nsys: str, target: List[str], python
         argv += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
     argv += target
     ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline (nsys)", argv=argv))
-    res = procs.run_streaming(argv, emit=ctx.emit, tier=2, cwd=ctx.run_dir, env=ctx.env,
+    res = procs.run_streaming(argv, emit=ctx.emit, tier=2, cwd=ctx.work_dir, env=ctx.env,
                               timeout_s=ctx.spec.get("timeout_s"))
     rep = base + ".nsys-rep"
     said = nsys_output.diagnose(res.stdout_tail + "\n" + res.stderr_tail,
@@ -577,7 +584,7 @@ def tier2_ncu(ctx: "RunContext", ncu: str, target: List[str], python: bool,
         argv += ["--profile-from-start", "off"]
     argv += target
     ctx.emit(wire.make("tier_started", tier=2, name="kernel timeline (ncu pass)", argv=argv))
-    res = procs.run_streaming(argv, emit=ctx.emit, tier=2, cwd=ctx.run_dir, env=ctx.env,
+    res = procs.run_streaming(argv, emit=ctx.emit, tier=2, cwd=ctx.work_dir, env=ctx.env,
                               timeout_s=ctx.spec.get("timeout_s"))
     try:
         # A page per launch: 16 MiB is some 40,000 launches.
@@ -671,7 +678,7 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
                 if item.get("kind") == "progress":
                     ctx.emit(progress_event(item))
 
-        res = procs.run_streaming(argv, emit=ctx.emit, tier=3, cwd=ctx.run_dir, env=ctx.env,
+        res = procs.run_streaming(argv, emit=ctx.emit, tier=3, cwd=ctx.work_dir, env=ctx.env,
                                   on_chunk=on_chunk, timeout_s=ctx.spec.get("timeout_s"),
                                   line_filter=lambda s: not s.startswith("==PROF== Profiling"))
         for item in parser.close():

@@ -138,6 +138,11 @@ class LauncherScreen(Screen[None]):
                                                      ("base (locked to base clock)", "base")],
                                                     value="none", allow_blank=False,
                                                     id="clock-control"))
+            yield Label("Workspace", classes="section")
+            yield from _row("project dir", Input(
+                placeholder="optional: a directory here, synced to the pod; the run "
+                            "executes in it (a file is then a path inside it)",
+                id="workspace"))
             yield Label("Compare with", classes="section")
             yield from _row("baseline run", Select(self.baselines, id="baseline",
                                                    prompt="the workload's marked baseline"))
@@ -263,13 +268,15 @@ class LauncherScreen(Screen[None]):
             ncu_sections=self.query_one("#ncu-sections", Input).value.strip() or None,
             replay_mode=_choice(self, "#replay-mode"),
             clock_control=_choice(self, "#clock-control") or "none",
-            gpu=None if _choice(self, "#gpu") in (None, "auto") else _choice(self, "#gpu"))
+            gpu=None if _choice(self, "#gpu") in (None, "auto") else _choice(self, "#gpu"),
+            workspace=self.query_one("#workspace", Input).value.strip() or None)
 
     def action_launch(self) -> None:
         """Build the spec and ask the pod to start it."""
         error = self.query_one("#error", Static)
         try:
-            spec = build_spec(self.options())
+            options = self.options()
+            spec = build_spec(options)
         except GpuwsError as exc:
             error.update(Text.assemble(("✗ ", "bold"), exc.message,
                                        (f" — {exc.remedy}" if exc.remedy else "")))
@@ -277,7 +284,7 @@ class LauncherScreen(Screen[None]):
             self.call_after_refresh(error.scroll_visible, animate=False)
             return
         error.update("")
-        self.app.launch_run(spec, _choice(self, "#baseline"))
+        self.app.launch_run(spec, _choice(self, "#baseline"), options.workspace)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()

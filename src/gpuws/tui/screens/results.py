@@ -14,7 +14,7 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from ... import protocol
 from ...gpu import clocks
-from ...sessions.compare import Comparison, caution_lines
+from ...sessions.compare import Comparison, caution_lines, code_lines
 from ...text.textsafe import text as safe_text
 from ...text.textsafe import visible
 from .. import fmt
@@ -122,6 +122,10 @@ def _summary(r: RunResults) -> Text:
     text.append(f" in {fmt.duration(r.run.wall_s)}")
     if r.run.is_baseline:
         text.append(" · baseline", "bold magenta")
+    if r.code is not None:
+        # Which code gave these numbers (laptop-recorded; visible() for the path's sake).
+        text.append(f"\ncode: {visible(r.code.short(), 300)} · {visible(r.code.directory, 200)}",
+                    "dim")
     if r.failure:
         text.append(f"\n✗ {visible(r.failure)}", "red" if r.run.status == "failed" else "yellow")
     if r.tier1 is not None:
@@ -172,7 +176,7 @@ def render_comparison(c: Comparison) -> Table | Text:
                           "")
     else:
         table.caption = c.tier1_missing
-    notes = caution_lines(c) + ([c.cycle_note] if c.cycle_note else [])
+    notes = caution_lines(c) + ([c.cycle_note] if c.cycle_note else []) + code_lines(c)
     # Text, not str: a caption string would be read as markup, and GPU names are pod text.
     table.caption = Text("\n".join([str(table.caption or ""), *notes]).strip())
     for k in c.kernels:
