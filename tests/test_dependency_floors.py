@@ -20,10 +20,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-floors"
-#: What the floors run: pilot-driven TUI flows, the headless twins, ssh to a real sshd.
+#: What the floors run: pilot-driven TUI flows, the headless twins, ssh to a real sshd,
+#: watch (watchfiles) and the workspace manifest (pathspec).
 TESTS = ["tests/tui/test_flows_local.py", "tests/tui/test_ui_actions.py",
          "tests/tui/test_flows_pod.py", "tests/cli/test_cli_headless.py",
-         "tests/transport/test_ssh_doctor.py"]
+         "tests/transport/test_ssh_doctor.py", "tests/cli/test_watch.py",
+         "tests/workspace/test_manifest.py"]
 TOOLS = ["pytest", "pytest-asyncio", "pytest-timeout", "hypothesis",
          "pytest-textual-snapshot"]
 

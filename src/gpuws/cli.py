@@ -118,6 +118,13 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("run", "runs"))
 
+    p = sub.add_parser("watch", help="measure on every save: sync the project, run Tier 1 "
+                                     "(or --tiers), print one verdict line per iteration")
+    add_run_args(p)
+    p.add_argument("--debounce-ms", type=int, default=300,
+                   help="saves within this many ms make one iteration (default 300)")
+    p.set_defaults(func=_lazy("watch", "watch"), tiers="1")
+
     p = sub.add_parser("sync", help="bring a project directory to the pod (only changed files "
                                     "travel); `run -W DIR` does it before a run")
     add_connection_args(p)
