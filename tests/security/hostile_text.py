@@ -160,10 +160,16 @@ def _script(agent: LyingAgent, req: dict[str, Any], text: str) -> None:
          "wall_s": 4.0, "exit_code": 1, "error": f"the workload failed: {text}"})
 
 
+def liar(text: str = HOSTILE) -> AgentClient:
+    """A real ``AgentClient`` whose agent is the liar (call inside a running loop)."""
+    hello = protocol.Hello(agent_version=f"0 {text}", agent_sha256="0" * 64,
+                           protocol_version=1)
+    return AgentClient(_Offline(), LyingAgent(lambda a, r: _script(a, r, text)),
+                       DeployResult("0" * 64, 0, "cached", 0, 0.0, hello), b"", "python3")
+
+
 async def _fill(text: str) -> tuple[str, list[str]]:
-    hello = protocol.Hello(agent_version="0", agent_sha256="0" * 64, protocol_version=1)
-    client = AgentClient(_Offline(), LyingAgent(lambda a, r: _script(a, r, text)),
-                         DeployResult("0" * 64, 0, "cached", 0, 0.0, hello), b"", "python3")
+    client = liar(text)
     engine = Engine(StoreHandle(), auto_pull=False)
     probe = await client.probe()  # over the wire, through check_answer
     await engine.adopt(Target("liar"), client, probe)

@@ -15,6 +15,7 @@ engine). Then the real ``gpuws`` runs as a subprocess:
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -26,7 +27,14 @@ from pathlib import Path
 import pytest
 
 from faults.figures import record  # type: ignore[import-not-found]
-from security.hostile_text import PIECES, hostile_store, unsafe_chars  # type: ignore[import-not-found]
+from gpuws.commands import doctor
+from security.hostile_text import (  # type: ignore[import-not-found]
+    HOSTILE,
+    PIECES,
+    hostile_store,
+    liar,
+    unsafe_chars,
+)
 
 
 @pytest.fixture
@@ -63,6 +71,28 @@ def test_headless_commands_print_no_escape(store_ids: tuple[str, list[str]],
     assert not unsafe_chars(report.read_text())
     record("test_headless_commands_print_no_escape", commands=len(commands),
            hostile_pieces=len(PIECES), unsafe_bytes_out=escapes)
+
+
+def test_doctor_prints_a_lying_pods_probe_as_text(capsys: pytest.CaptureFixture[str]) -> None:
+    """``gpuws doctor``'s report and printer over the liar's probe (asked over the wire):
+    doctor needs a live agent, and the liar is the only pod that lies on request."""
+
+    async def report() -> dict[str, object]:
+        client = liar()
+        try:
+            probe = await client.probe()
+            return doctor.doctor_report("liar", client, probe, 1.0)
+        finally:
+            await client.close()
+
+    r = asyncio.run(report())
+    assert HOSTILE in r["system"]["hostname"]  # type: ignore[index]  # as the pod sent it
+    doctor.render(r)
+    out = capsys.readouterr()
+    assert unsafe_chars(out.out + out.err) == []
+    assert "\\e]0;pwned\\x07" in out.out and "[link=http://evil.example/]" in out.out
+    record("test_doctor_prints_a_lying_pods_probe_as_text", hostile_pieces=len(PIECES),
+           unsafe_chars_out=len(unsafe_chars(out.out + out.err)))
 
 
 class Tmux:
