@@ -16,6 +16,7 @@ engine). Then the real ``gpuws`` runs as a subprocess:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -27,12 +28,15 @@ from pathlib import Path
 import pytest
 
 from faults.figures import record  # type: ignore[import-not-found]
+from gpuws import protocol
 from gpuws.commands import doctor
+from gpuws.commands.run import Printer
 from security.hostile_text import (  # type: ignore[import-not-found]
     HOSTILE,
     PIECES,
     hostile_store,
     liar,
+    poisoned_recording,
     unsafe_chars,
 )
 
@@ -93,6 +97,30 @@ def test_doctor_prints_a_lying_pods_probe_as_text(capsys: pytest.CaptureFixture[
     assert "\\e]0;pwned\\x07" in out.out and "[link=http://evil.example/]" in out.out
     record("test_doctor_prints_a_lying_pods_probe_as_text", hostile_pieces=len(PIECES),
            unsafe_chars_out=len(unsafe_chars(out.out + out.err)))
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_gpuws_run_prints_a_hostile_run_as_text(as_json: bool,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``gpuws run``'s printer (both faces) over the poisoned recording: its own events,
+    decoded strictly as the client decodes them. NDJSON keeps every value exactly (C1 and
+    bidi characters as \\u escapes, which msgspec writes raw)."""
+    lines = [json.dumps(e).encode() for e in poisoned_recording("20261124-000000-aaaaaa")]
+    events = [protocol.decode_event(line) for line in lines]
+    printer = Printer(as_json)
+    for ev in events:
+        assert not isinstance(ev, protocol.BadLine)
+        printer.show(ev)
+    out = capsys.readouterr()
+    assert unsafe_chars(out.out + out.err) == []
+    if as_json:
+        # The same values msgspec encodes (every string exact), escaped, not altered.
+        assert [json.loads(x) for x in out.out.splitlines()] == [
+            json.loads(protocol.encode(ev)) for ev in events]
+    else:
+        assert "\\e]0;pwned\\x07" in out.out
+    record(f"test_gpuws_run_prints_a_hostile_run_as_text[{'json' if as_json else 'text'}]",
+           events=len(events), unsafe_chars_out=len(unsafe_chars(out.out + out.err)))
 
 
 class Tmux:

@@ -47,7 +47,7 @@ from ..sessions.runlist import why_failed
 from ..sessions.store import FleetRow, Store
 from ..text import humanfmt
 from ..text.textsafe import text as safe
-from ..text.textsafe import visible
+from ..text.textsafe import json_visible, visible
 from .common import console, print_json, write_report
 from .run import build_spec, target_of
 
@@ -249,7 +249,7 @@ def _state(status: str) -> Text:
 
 
 def _ndjson(obj: dict[str, Any]) -> None:
-    sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
+    sys.stdout.write(json_visible(msgspec.json.encode(obj).decode()) + "\n")
 
 
 # ----------------------------------------------------------------------------- the run
