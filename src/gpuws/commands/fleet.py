@@ -46,8 +46,8 @@ from ..sessions.fleet import (
 from ..sessions.runlist import why_failed
 from ..sessions.store import FleetRow, Store
 from ..text import humanfmt
-from ..text.textsafe import text as safe
 from ..text.textsafe import json_visible, visible
+from ..text.textsafe import text as safe
 from .common import console, print_json, write_report
 from .run import build_spec, target_of
 

@@ -30,8 +30,8 @@ from ..live.storeio import StoreHandle
 from ..sessions.compare import compare_runs, regression_gate, render_comparison
 from ..sessions.store import Store
 from ..text import humanfmt
-from ..text.textsafe import text as safe
 from ..text.textsafe import json_visible, visible
+from ..text.textsafe import text as safe
 from .common import connect, console, print_json
 
 
