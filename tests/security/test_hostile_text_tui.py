@@ -14,13 +14,16 @@ the app's screenshot, which is what the terminal would be sent.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Select, TabbedContent
 
+import gpuws.tui
 from faults.figures import record  # type: ignore[import-not-found]
 from gpuws import protocol
 from gpuws.live.telemetry import TelemetryHistory
@@ -134,3 +137,21 @@ async def test_every_view_of_a_hostile_run(store_ids: tuple[str, list[str]]) -> 
     record("test_every_view_of_a_hostile_run", views=len(checked.views),
            hostile_pieces=len(PIECES), unsafe_on_screen=len(checked.problems),
            escapes_shown_as_text=checked.shown_escapes)
+
+
+def test_every_notification_of_gpuws_is_plain_text() -> None:
+    """A notification's message is read as markup unless ``markup=False``; gpuws's carry
+    run ids, paths, statuses and reasons from the pod, so every call says so (Textual's
+    own hints keep the default, which ``GpuwsApp.notify`` leaves as Textual has it)."""
+    tui = Path(gpuws.tui.__file__).parent
+    calls, loose = 0, []
+    for path in sorted(tui.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "notify"
+                    and not isinstance(node.func.value, ast.Call)):  # not super().notify
+                calls += 1
+                markup = next((k.value for k in node.keywords if k.arg == "markup"), None)
+                if not (isinstance(markup, ast.Constant) and markup.value is False):
+                    loose.append(f"{path.name}:{node.lineno}")
+    assert calls >= 25 and loose == []
