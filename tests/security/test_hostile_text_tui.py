@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Select, TabbedContent
+from textual.widgets import DataTable, Select, Static, TabbedContent
 
 import gpuws.tui
 from faults.figures import record  # type: ignore[import-not-found]
@@ -30,9 +30,12 @@ from gpuws.live.telemetry import TelemetryHistory
 from gpuws.sessions.store import Store
 from gpuws.tui import workers
 from gpuws.tui.app import GpuwsApp, StartHome, StartReplay
+from gpuws.tui.screens.artifacts import ArtifactsScreen
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.launcher import LauncherScreen
+from gpuws.tui.screens.results import ResultsScreen
 from gpuws.tui.screens.run import RunScreen
+from gpuws.tui.screens.sessions import SessionsScreen
 from security.hostile_text import HOSTILE, PIECES, hostile_store, unsafe_chars  # type: ignore[import-not-found]
 from tui.tuikit import until  # type: ignore[import-not-found]
 
@@ -75,6 +78,14 @@ def store_ids() -> tuple[str, list[str]]:
     return hostile_store()
 
 
+def _artifacts_shown(app: GpuwsApp, run_id: str) -> bool:
+    screen = app.screen
+    if not (isinstance(screen, ArtifactsScreen) and screen.run_id == run_id
+            and screen.query("#art-status")):
+        return False
+    return "reading" not in str(screen.query_one("#art-status", Static).render())
+
+
 def _probe(session_id: str) -> protocol.Probe:
     with Store() as s:
         probe = s.session(session_id).probe
@@ -104,17 +115,22 @@ async def test_every_view_of_a_hostile_run(store_ids: tuple[str, list[str]]) -> 
 
     app = GpuwsApp(StartHome())
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.screen.query("#recent"))
+        # Each view is looked at once its data is drawn, not merely mounted.
+        await until(pilot, lambda: app.screen.query("#recent")
+                    and app.screen.query_one("#recent", DataTable).row_count > 0)
         await checked.look("home", app, pilot)
         for run_id in runs:
             app.show_results(run_id)
-            await until(pilot, lambda r=run_id: app.screen.title == f"results · {r}")
+            await until(pilot, lambda r=run_id: isinstance(app.screen, ResultsScreen)
+                        and app.screen.run_id == r and app.screen.results is not None)
             await checked.tabs(f"results {run_id}", app, pilot)
             app.show_artifacts(run_id)
-            await until(pilot, lambda r=run_id: app.screen.title == f"artifacts · {r}")
+            await until(pilot, lambda r=run_id: _artifacts_shown(app, r))
             await checked.look(f"artifacts {run_id}", app, pilot)
         app.open_sessions(session_id)
-        await until(pilot, lambda: app.screen.title == "gpuws · sessions")
+        await until(pilot, lambda: isinstance(app.screen, SessionsScreen)
+                    and bool(app.screen.query("#runs"))
+                    and app.screen.query_one("#runs", DataTable).row_count == len(runs))
         await checked.look("sessions", app, pilot)
         probe = _probe(session_id)
         await app.push_screen(DashboardScreen("liar", probe, "ssh", TelemetryHistory()))
