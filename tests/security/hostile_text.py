@@ -11,7 +11,8 @@ to lie, and a real pod cannot be told to), fed to the real ``AgentClient``, the 
   :data:`HOSTILE` appended to every free-text string of every event (workload, tier names
   and commands, kernel names of the kernel table, metrics, stalls, rules, logs, output,
   artifact kind), sent under the run id the laptop chose;
-- run 2 fails with a hostile error and a hostile diagnosis.
+- run 2 is the same again, compared with run 1 (its baseline);
+- run 3 fails with a hostile error and a hostile diagnosis.
 
 Every surface test reads what the engine stored, through the path people use.
 """
@@ -175,11 +176,14 @@ async def _fill(text: str) -> tuple[str, list[str]]:
     await engine.adopt(Target("liar"), client, probe)
     runs = []
     try:
-        for workload in ("builtin:saxpy", f"cmd:{text}"):
+        for workload in ("builtin:saxpy", "builtin:saxpy", f"cmd:{text}"):
             info = await engine.start_run(protocol.RunSpec(workload=workload, tiers=[1, 2, 3]))
             await asyncio.wait_for(engine.wait_finished(info.run_id), 30)
             runs.append(info.run_id)
         await engine.drained()
+        # The second saxpy is compared with the first, as `--baseline` asks: every face
+        # then draws a comparison of two hostile runs too.
+        await engine.store.call(lambda s: s.set_baseline_of(runs[1], runs[0]))
         session_id = engine.session_id
         assert session_id is not None
     finally:
@@ -189,7 +193,7 @@ async def _fill(text: str) -> tuple[str, list[str]]:
 
 
 def hostile_store(text: str = HOSTILE) -> tuple[str, list[str]]:
-    """Fill ``GPUWS_HOME``'s store as above; (session id, [saxpy run, failed run]).
+    """Fill ``GPUWS_HOME``'s store as above; (session id, [saxpy, saxpy vs it, failed]).
 
     ``text`` is what every free-text string gets: an honest word gives the twin session
     whose report shows what gpuws itself draws.
