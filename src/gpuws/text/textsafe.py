@@ -138,7 +138,9 @@ def md_text(value: object, limit: int | None = DEFAULT_LIMIT) -> str:
     ``#``): no image, link, autolink, raw HTML, emphasis, heading, list, rule or table
     cell can come of it, and no newline to forge a row with.
     """
-    s = _MD_INLINE.sub(_md_escape, visible(value, limit))
+    # Leading blanks would make an indented code block at a line's start; a paragraph or
+    # a cell drops them anyway.
+    s = _MD_INLINE.sub(_md_escape, visible(value, limit)).lstrip(" \t")
     # A backslash before a digit is no escape: "1." is broken by escaping its dot.
     return _MD_LINE_START.sub(_md_escape_start, s, count=1)
 
