@@ -134,6 +134,11 @@ def _script(agent: LyingAgent, req: dict[str, Any], text: str) -> None:
         agent.send({"type": "probe_result", "req": req["req"], "ts": _NOW,
                     "probe": hostile_probe(text)})
         return
+    if req["type"] == "cancel":  # refused, in the pod's words
+        agent.send({"type": "error", "req": req["req"], "ts": _NOW, "code": "refused",
+                    "title": f"Refused {text}", "message": f"no {text}",
+                    "remedy": f"try {text}"})
+        return
     if req["type"] != "start_run":
         return
     run_id = req["run_id"]

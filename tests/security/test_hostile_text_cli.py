@@ -125,6 +125,26 @@ def test_gpuws_run_prints_a_hostile_run_as_text(as_json: bool,
            events=len(events), unsafe_chars_out=len(unsafe_chars(out.out + out.err)))
 
 
+def test_an_agents_refusal_is_one_visible_line() -> None:
+    """The liar refuses a request with hostile title, message and remedy (an ``error``
+    answer, through the real client): ``gpuws: …`` is still one line, with no escape."""
+    from gpuws.cli import error_line
+    from gpuws.errors import AgentError
+
+    async def refused() -> AgentError:
+        client = liar()
+        try:
+            with pytest.raises(AgentError) as caught:
+                await client.request(protocol.Cancel(req=client.next_req(), run_id="x"))
+            return caught.value
+        finally:
+            await client.close()
+
+    line = error_line(asyncio.run(refused()))
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert unsafe_chars(line.rstrip("\n")) == [] and "\\e]0;pwned" in line
+
+
 class Tmux:
     """A detached tmux server of our own, with OSC 52 reaching its paste buffers."""
 
