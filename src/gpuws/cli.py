@@ -226,13 +226,25 @@ def _tui(name: str) -> Command:
     return run
 
 
+def error_line(exc: GpuwsError) -> str:
+    """The ``gpuws: …`` line a failed command prints on stderr.
+
+    An error can quote the pod (an agent's refusal, its stderr): one line it stays, and
+    no escape reaches the terminal.
+    """
+    # Imported here: most runs never fail, and the sanitiser brings Rich along.
+    from .text.textsafe import visible
+
+    return f"gpuws: {visible(exc.one_line(), None)}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
         return int(asyncio.run(args.func(args)))
     except GpuwsError as exc:
-        sys.stderr.write(f"gpuws: {exc.one_line()}\n")
+        sys.stderr.write(error_line(exc))
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("gpuws: interrupted\n")

@@ -11,7 +11,8 @@ to lie, and a real pod cannot be told to), fed to the real ``AgentClient``, the 
   :data:`HOSTILE` appended to every free-text string of every event (workload, tier names
   and commands, kernel names of the kernel table, metrics, stalls, rules, logs, output,
   artifact kind), sent under the run id the laptop chose;
-- run 2 fails with a hostile error and a hostile diagnosis.
+- run 2 is the same again, compared with run 1 (its baseline);
+- run 3 fails with a hostile error and a hostile diagnosis.
 
 Every surface test reads what the engine stored, through the path people use.
 """
@@ -133,6 +134,11 @@ def _script(agent: LyingAgent, req: dict[str, Any], text: str) -> None:
         agent.send({"type": "probe_result", "req": req["req"], "ts": _NOW,
                     "probe": hostile_probe(text)})
         return
+    if req["type"] == "cancel":  # refused, in the pod's words
+        agent.send({"type": "error", "req": req["req"], "ts": _NOW, "code": "refused",
+                    "title": f"Refused {text}", "message": f"no {text}",
+                    "remedy": f"try {text}"})
+        return
     if req["type"] != "start_run":
         return
     run_id = req["run_id"]
@@ -160,20 +166,29 @@ def _script(agent: LyingAgent, req: dict[str, Any], text: str) -> None:
          "wall_s": 4.0, "exit_code": 1, "error": f"the workload failed: {text}"})
 
 
+def liar(text: str = HOSTILE) -> AgentClient:
+    """A real ``AgentClient`` whose agent is the liar (call inside a running loop)."""
+    hello = protocol.Hello(agent_version=f"0 {text}", agent_sha256="0" * 64,
+                           protocol_version=1)
+    return AgentClient(_Offline(), LyingAgent(lambda a, r: _script(a, r, text)),
+                       DeployResult("0" * 64, 0, "cached", 0, 0.0, hello), b"", "python3")
+
+
 async def _fill(text: str) -> tuple[str, list[str]]:
-    hello = protocol.Hello(agent_version="0", agent_sha256="0" * 64, protocol_version=1)
-    client = AgentClient(_Offline(), LyingAgent(lambda a, r: _script(a, r, text)),
-                         DeployResult("0" * 64, 0, "cached", 0, 0.0, hello), b"", "python3")
+    client = liar(text)
     engine = Engine(StoreHandle(), auto_pull=False)
     probe = await client.probe()  # over the wire, through check_answer
     await engine.adopt(Target("liar"), client, probe)
     runs = []
     try:
-        for workload in ("builtin:saxpy", f"cmd:{text}"):
+        for workload in ("builtin:saxpy", "builtin:saxpy", f"cmd:{text}"):
             info = await engine.start_run(protocol.RunSpec(workload=workload, tiers=[1, 2, 3]))
             await asyncio.wait_for(engine.wait_finished(info.run_id), 30)
             runs.append(info.run_id)
         await engine.drained()
+        # The second saxpy is compared with the first, as `--baseline` asks: every face
+        # then draws a comparison of two hostile runs too.
+        await engine.store.call(lambda s: s.set_baseline_of(runs[1], runs[0]))
         session_id = engine.session_id
         assert session_id is not None
     finally:
@@ -183,7 +198,7 @@ async def _fill(text: str) -> tuple[str, list[str]]:
 
 
 def hostile_store(text: str = HOSTILE) -> tuple[str, list[str]]:
-    """Fill ``GPUWS_HOME``'s store as above; (session id, [saxpy run, failed run]).
+    """Fill ``GPUWS_HOME``'s store as above; (session id, [saxpy, saxpy vs it, failed]).
 
     ``text`` is what every free-text string gets: an honest word gives the twin session
     whose report shows what gpuws itself draws.

@@ -15,6 +15,8 @@ engine). Then the real ``gpuws`` runs as a subprocess:
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -26,7 +28,17 @@ from pathlib import Path
 import pytest
 
 from faults.figures import record  # type: ignore[import-not-found]
-from security.hostile_text import PIECES, hostile_store, unsafe_chars  # type: ignore[import-not-found]
+from gpuws import protocol
+from gpuws.commands import doctor
+from gpuws.commands.run import Printer
+from security.hostile_text import (  # type: ignore[import-not-found]
+    HOSTILE,
+    PIECES,
+    hostile_store,
+    liar,
+    poisoned_recording,
+    unsafe_chars,
+)
 
 
 @pytest.fixture
@@ -41,16 +53,18 @@ def _gpuws(*args: str) -> subprocess.CompletedProcess[bytes]:
 
 def test_headless_commands_print_no_escape(store_ids: tuple[str, list[str]],
                                            tmp_path: Path) -> None:
-    session_id, (saxpy, failed) = store_ids
+    session_id, (saxpy, again, failed) = store_ids
     report = tmp_path / "report.md"
     commands = [["sessions"], ["history"], ["history", session_id], ["export", session_id],
-                ["export", session_id, "-o", str(report)], ["compare", saxpy, failed],
+                ["export", session_id, "-o", str(report)], ["compare", saxpy, again],
+                ["compare", saxpy, failed],
                 ["sessions", "--json"], ["history", "--json"]]
     escapes = 0
     for argv in commands:
         done = _gpuws(*argv)
         out = done.stdout.decode("utf-8") + done.stderr.decode("utf-8")
-        assert done.returncode in (0, 2), (argv, out[-2000:])  # compare: 2, nothing to compare
+        # compare with the failed run: 2, nothing to compare (said in one line)
+        assert done.returncode == (2 if failed in argv else 0), (argv, out[-2000:])
         bad = unsafe_chars(out)
         escapes += len(bad)
         assert not bad, (argv, sorted(set(bad)))
@@ -63,6 +77,72 @@ def test_headless_commands_print_no_escape(store_ids: tuple[str, list[str]],
     assert not unsafe_chars(report.read_text())
     record("test_headless_commands_print_no_escape", commands=len(commands),
            hostile_pieces=len(PIECES), unsafe_bytes_out=escapes)
+
+
+def test_doctor_prints_a_lying_pods_probe_as_text(capsys: pytest.CaptureFixture[str]) -> None:
+    """``gpuws doctor``'s report and printer over the liar's probe (asked over the wire):
+    doctor needs a live agent, and the liar is the only pod that lies on request."""
+
+    async def report() -> dict[str, object]:
+        client = liar()
+        try:
+            probe = await client.probe()
+            return doctor.doctor_report("liar", client, probe, 1.0)
+        finally:
+            await client.close()
+
+    r = asyncio.run(report())
+    assert HOSTILE in r["system"]["hostname"]  # type: ignore[index]  # as the pod sent it
+    doctor.render(r)
+    out = capsys.readouterr()
+    assert unsafe_chars(out.out + out.err) == []
+    assert "\\e]0;pwned\\x07" in out.out and "[link=http://evil.example/]" in out.out
+    record("test_doctor_prints_a_lying_pods_probe_as_text", hostile_pieces=len(PIECES),
+           unsafe_chars_out=len(unsafe_chars(out.out + out.err)))
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_gpuws_run_prints_a_hostile_run_as_text(as_json: bool,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``gpuws run``'s printer (both faces) over the poisoned recording: its own events,
+    decoded strictly as the client decodes them. NDJSON keeps every value exactly (C1 and
+    bidi characters as \\u escapes, which msgspec writes raw)."""
+    lines = [json.dumps(e).encode() for e in poisoned_recording("20261124-000000-aaaaaa")]
+    events = [protocol.decode_event(line) for line in lines]
+    printer = Printer(as_json)
+    for ev in events:
+        assert not isinstance(ev, protocol.BadLine)
+        printer.show(ev)
+    out = capsys.readouterr()
+    assert unsafe_chars(out.out + out.err) == []
+    if as_json:
+        # The same values msgspec encodes (every string exact), escaped, not altered.
+        assert [json.loads(x) for x in out.out.splitlines()] == [
+            json.loads(protocol.encode(ev)) for ev in events]
+    else:
+        assert "\\e]0;pwned\\x07" in out.out
+    record(f"test_gpuws_run_prints_a_hostile_run_as_text[{'json' if as_json else 'text'}]",
+           events=len(events), unsafe_chars_out=len(unsafe_chars(out.out + out.err)))
+
+
+def test_an_agents_refusal_is_one_visible_line() -> None:
+    """The liar refuses a request with hostile title, message and remedy (an ``error``
+    answer, through the real client): ``gpuws: …`` is still one line, with no escape."""
+    from gpuws.cli import error_line
+    from gpuws.errors import AgentError
+
+    async def refused() -> AgentError:
+        client = liar()
+        try:
+            with pytest.raises(AgentError) as caught:
+                await client.request(protocol.Cancel(req=client.next_req(), run_id="x"))
+            return caught.value
+        finally:
+            await client.close()
+
+    line = error_line(asyncio.run(refused()))
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert unsafe_chars(line.rstrip("\n")) == [] and "\\e]0;pwned" in line
 
 
 class Tmux:

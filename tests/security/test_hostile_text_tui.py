@@ -14,22 +14,28 @@ the app's screenshot, which is what the terminal would be sent.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Select, TabbedContent
+from textual.widgets import DataTable, Select, Static, TabbedContent
 
+import gpuws.tui
 from faults.figures import record  # type: ignore[import-not-found]
 from gpuws import protocol
 from gpuws.live.telemetry import TelemetryHistory
 from gpuws.sessions.store import Store
 from gpuws.tui import workers
 from gpuws.tui.app import GpuwsApp, StartHome, StartReplay
+from gpuws.tui.screens.artifacts import ArtifactsScreen
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.launcher import LauncherScreen
+from gpuws.tui.screens.results import ResultsScreen
 from gpuws.tui.screens.run import RunScreen
+from gpuws.tui.screens.sessions import SessionsScreen
 from security.hostile_text import HOSTILE, PIECES, hostile_store, unsafe_chars  # type: ignore[import-not-found]
 from tui.tuikit import until  # type: ignore[import-not-found]
 
@@ -72,6 +78,14 @@ def store_ids() -> tuple[str, list[str]]:
     return hostile_store()
 
 
+def _artifacts_shown(app: GpuwsApp, run_id: str) -> bool:
+    screen = app.screen
+    if not (isinstance(screen, ArtifactsScreen) and screen.run_id == run_id
+            and screen.query("#art-status")):
+        return False
+    return "reading" not in str(screen.query_one("#art-status", Static).render())
+
+
 def _probe(session_id: str) -> protocol.Probe:
     with Store() as s:
         probe = s.session(session_id).probe
@@ -101,17 +115,22 @@ async def test_every_view_of_a_hostile_run(store_ids: tuple[str, list[str]]) -> 
 
     app = GpuwsApp(StartHome())
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.screen.query("#recent"))
+        # Each view is looked at once its data is drawn, not merely mounted.
+        await until(pilot, lambda: app.screen.query("#recent")
+                    and app.screen.query_one("#recent", DataTable).row_count > 0)
         await checked.look("home", app, pilot)
         for run_id in runs:
             app.show_results(run_id)
-            await until(pilot, lambda r=run_id: app.screen.title == f"results · {r}")
+            await until(pilot, lambda r=run_id: isinstance(app.screen, ResultsScreen)
+                        and app.screen.run_id == r and app.screen.results is not None)
             await checked.tabs(f"results {run_id}", app, pilot)
             app.show_artifacts(run_id)
-            await until(pilot, lambda r=run_id: app.screen.title == f"artifacts · {r}")
+            await until(pilot, lambda r=run_id: _artifacts_shown(app, r))
             await checked.look(f"artifacts {run_id}", app, pilot)
         app.open_sessions(session_id)
-        await until(pilot, lambda: app.screen.title == "gpuws · sessions")
+        await until(pilot, lambda: isinstance(app.screen, SessionsScreen)
+                    and bool(app.screen.query("#runs"))
+                    and app.screen.query_one("#runs", DataTable).row_count == len(runs))
         await checked.look("sessions", app, pilot)
         probe = _probe(session_id)
         await app.push_screen(DashboardScreen("liar", probe, "ssh", TelemetryHistory()))
@@ -134,3 +153,21 @@ async def test_every_view_of_a_hostile_run(store_ids: tuple[str, list[str]]) -> 
     record("test_every_view_of_a_hostile_run", views=len(checked.views),
            hostile_pieces=len(PIECES), unsafe_on_screen=len(checked.problems),
            escapes_shown_as_text=checked.shown_escapes)
+
+
+def test_every_notification_of_gpuws_is_plain_text() -> None:
+    """A notification's message is read as markup unless ``markup=False``; gpuws's carry
+    run ids, paths, statuses and reasons from the pod, so every call says so (Textual's
+    own hints keep the default, which ``GpuwsApp.notify`` leaves as Textual has it)."""
+    tui = Path(gpuws.tui.__file__).parent
+    calls, loose = 0, []
+    for path in sorted(tui.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "notify"
+                    and not isinstance(node.func.value, ast.Call)):  # not super().notify
+                calls += 1
+                markup = next((k.value for k in node.keywords if k.arg == "markup"), None)
+                if not (isinstance(markup, ast.Constant) and markup.value is False):
+                    loose.append(f"{path.name}:{node.lineno}")
+    assert calls >= 25 and loose == []

@@ -46,8 +46,8 @@ from ..sessions.fleet import (
 from ..sessions.runlist import why_failed
 from ..sessions.store import FleetRow, Store
 from ..text import humanfmt
+from ..text.textsafe import json_visible, visible
 from ..text.textsafe import text as safe
-from ..text.textsafe import visible
 from .common import check_output, console, print_json, write_report
 from .run import build_spec, target_of
 
@@ -251,7 +251,7 @@ def _state(status: str) -> Text:
 
 
 def _ndjson(obj: dict[str, Any]) -> None:
-    sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
+    sys.stdout.write(json_visible(msgspec.json.encode(obj).decode()) + "\n")
 
 
 # ----------------------------------------------------------------------------- the run

@@ -30,8 +30,8 @@ from ..live.storeio import StoreHandle
 from ..sessions.compare import compare_runs, regression_gate, render_comparison
 from ..sessions.store import Store
 from ..text import humanfmt
+from ..text.textsafe import json_visible, visible
 from ..text.textsafe import text as safe
-from ..text.textsafe import visible
 from .common import connect, console, print_json
 from .sync import sync_line
 
@@ -98,7 +98,7 @@ class Printer:
         if isinstance(ev, protocol.RunStarted):
             self.warn_busy(ev)  # on stderr, so also beside --json's NDJSON
         if self.as_json:
-            sys.stdout.write(protocol.encode(ev).decode())
+            sys.stdout.write(json_visible(protocol.encode(ev).decode()))
             return
         o = self.out
         match ev:

@@ -82,6 +82,20 @@ def visible_lines(text: str) -> str:
     return _UNSAFE_IN_LINES.sub(_escape_char, text) if _UNSAFE_IN_LINES.search(text) else text
 
 
+#: What JSON may carry raw but a terminal obeys or reorders: DEL, C1 (0x9b is a CSI), bidi.
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                          "\ufeff]")
+
+
+def json_visible(encoded: str) -> str:
+    """JSON text (msgspec's, which writes these raw) with DEL, C1 and bidi characters as
+    ``\\uXXXX`` escapes: the same JSON value, safe to print on a terminal. They can only
+    stand inside strings (JSON's own syntax is ASCII), where the escape means the same."""
+    if not _JSON_UNSAFE.search(encoded):
+        return encoded
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", encoded)
+
+
 # ----------------------------------------------------------------------------- markdown
 #: What makes pod text markup in GitHub-flavoured markdown, each escaped where it can act
 #: (CommonMark lets any ASCII punctuation be backslash-escaped, and an escaped character
@@ -124,7 +138,9 @@ def md_text(value: object, limit: int | None = DEFAULT_LIMIT) -> str:
     ``#``): no image, link, autolink, raw HTML, emphasis, heading, list, rule or table
     cell can come of it, and no newline to forge a row with.
     """
-    s = _MD_INLINE.sub(_md_escape, visible(value, limit))
+    # Leading blanks would make an indented code block at a line's start; a paragraph or
+    # a cell drops them anyway.
+    s = _MD_INLINE.sub(_md_escape, visible(value, limit)).lstrip(" \t")
     # A backslash before a digit is no escape: "1." is broken by escaping its dot.
     return _MD_LINE_START.sub(_md_escape_start, s, count=1)
 

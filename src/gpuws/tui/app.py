@@ -183,11 +183,11 @@ class GpuwsApp(App[int]):
 
     # ------------------------------------------------------------------ text for people
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
-               timeout: float | None = None, markup: bool = False) -> None:
-        """Textual's notification, with the pod's words in mind: messages are plain text
-        unless a caller asks for markup (none of gpuws's do), and no control character
-        in a message or title reaches the terminal (a reason, a path, a run's status all
-        come from the pod)."""
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Textual's notification, with the pod's words in mind: no control character in
+        a message or title reaches the terminal (a reason, a path, a run's status all come
+        from the pod). Every gpuws call passes ``markup=False`` (a test holds them to it);
+        the default stays Textual's for Textual's own hints, which use markup."""
         super().notify(message if markup else visible_lines(message), title=visible(title, 200),
                        severity=severity, timeout=timeout, markup=markup)
 
@@ -418,7 +418,7 @@ class GpuwsApp(App[int]):
         elif not screen.live and isinstance(self.start, StartReplay):
             self.exit(0)
         elif self.link is None:
-            self.notify("this is the only screen; q quits", timeout=4)
+            self.notify("this is the only screen; q quits", timeout=4, markup=False)
 
     # ------------------------------------------------------------------ actions (palette too)
     def action_open_sessions(self) -> None:
@@ -434,7 +434,7 @@ class GpuwsApp(App[int]):
     def action_new_run(self) -> None:
         """Choose a workload and tiers, and start a run on the pod."""
         if not self.can_reach_pod():
-            self.notify("connect to a pod first", severity="warning")
+            self.notify("connect to a pod first", severity="warning", markup=False)
             return
         self._work(workers.open_launcher(self), "store", "list baseline candidates")
 
@@ -452,7 +452,7 @@ class GpuwsApp(App[int]):
     def action_attach_run(self) -> None:
         """Pick one of the pod's runs and follow it (fetching what the store lacks)."""
         if not self.can_reach_pod():
-            self.notify("connect to a pod first", severity="warning")
+            self.notify("connect to a pod first", severity="warning", markup=False)
             return
         self._work(workers.pick_run(self), "run", "list the pod's runs")
 
@@ -465,7 +465,7 @@ class GpuwsApp(App[int]):
         if self.last_run_id:
             self.show_results(self.last_run_id)
         else:
-            self.notify("no run yet: n starts one", severity="warning")
+            self.notify("no run yet: n starts one", severity="warning", markup=False)
 
     def show_results(self, run_id: str) -> None:
         """Open a run's results."""
@@ -478,7 +478,7 @@ class GpuwsApp(App[int]):
         if self.last_run_id:
             self.show_artifacts(self.last_run_id)
         else:
-            self.notify("no run yet: n starts one", severity="warning")
+            self.notify("no run yet: n starts one", severity="warning", markup=False)
 
     def show_artifacts(self, run_id: str) -> None:
         """Open a run's artifacts."""
@@ -490,7 +490,7 @@ class GpuwsApp(App[int]):
         """Write the current session as a markdown report."""
         sid = self.engine.session_id
         if sid is None:
-            self.notify("no session to export yet", severity="warning")
+            self.notify("no session to export yet", severity="warning", markup=False)
         else:
             self.export_session(sid)
 
@@ -505,7 +505,7 @@ class GpuwsApp(App[int]):
     def action_reconnect(self) -> None:
         """Connect again to the last pod (open runs are re-attached)."""
         if self.last_target is None:
-            self.notify("no pod to reconnect to", severity="warning")
+            self.notify("no pod to reconnect to", severity="warning", markup=False)
         elif not self.can_reach_pod():
             self.push_screen(ConnectingScreen(self.last_target))
 

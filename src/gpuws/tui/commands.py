@@ -88,7 +88,7 @@ def gpuws_commands(app: GpuwsApp, screen: Any) -> list[Command]:
 def _compare(app: GpuwsApp, run_id: str | None) -> None:
     if run_id is None:
         app.notify("no run yet: start one (New run) or open one from Sessions",
-                   severity="warning")
+                   severity="warning", markup=False)
         return
     # Imported here: the results screen pulls in the widgets, the palette need not.
     from .screens.results import ResultsScreen
@@ -98,11 +98,13 @@ def _compare(app: GpuwsApp, run_id: str | None) -> None:
 
 def _cancel(app: GpuwsApp, screen: Any, run_id: str | None) -> None:
     if run_id is None:
-        app.notify("no run to cancel", severity="warning")
+        app.notify("no run to cancel", severity="warning", markup=False)
     elif not app.can_reach_pod():
-        app.notify("connect to the pod first: cancelling happens there", severity="warning")
+        app.notify("connect to the pod first: cancelling happens there", severity="warning",
+                   markup=False)
     elif isinstance(screen, RunScreen) and not screen.check_action("cancel", ()):
-        app.notify(f"run {run_id} has finished: nothing to cancel", severity="warning")
+        app.notify(f"run {run_id} has finished: nothing to cancel", severity="warning",
+                   markup=False)
     else:
         app.cancel_run(run_id)
 

@@ -83,7 +83,8 @@ async def economics(app: GpuwsApp, session_id: str) -> None:
 async def install_ncu(app: GpuwsApp) -> None:
     """Run the confirmed install plan and verify it (its steps stream as agent logs)."""
     link = _link(app)
-    app.notify("installing ncu on the pod… (the steps show in the Agent pane)", timeout=8)
+    app.notify("installing ncu on the pod… (the steps show in the Agent pane)", timeout=8,
+               markup=False)
     plan = await link.client.ncu_plan(install=True)
     app.post_message(NcuPlanReady(plan))
     if plan.selected:
@@ -94,7 +95,8 @@ async def install_ncu(app: GpuwsApp) -> None:
 async def install_nsys(app: GpuwsApp) -> None:
     """Run the confirmed nsys install plan and verify it (its steps stream as agent logs)."""
     link = _link(app)
-    app.notify("installing nsys on the pod… (the steps show in the Agent pane)", timeout=8)
+    app.notify("installing nsys on the pod… (the steps show in the Agent pane)", timeout=8,
+               markup=False)
     plan = await link.client.nsys_plan(install=True)
     app.post_message(NsysPlanReady(plan))
     if plan.selected:
@@ -157,7 +159,7 @@ async def pick_run(app: GpuwsApp) -> None:
     _link(app)
     runs = await app.engine.list_runs()
     if not runs:
-        app.notify("the pod holds no runs", timeout=5)
+        app.notify("the pod holds no runs", timeout=5, markup=False)
         return
 
     def picked(run_id: str | None) -> None:
@@ -185,7 +187,7 @@ async def pull(app: GpuwsApp, run_id: str, quiet: bool) -> None:
     rows = await app.store.call(lambda s: s.artifacts(run_id))
     if not any(r.status != "pulled" for r in rows):
         if not quiet:
-            app.notify("every artifact of this run is home already", timeout=5)
+            app.notify("every artifact of this run is home already", timeout=5, markup=False)
         return
 
     def progress(name: str, done: int, total: int) -> None:
@@ -209,7 +211,7 @@ async def export(app: GpuwsApp, session_id: str) -> None:
     text = await app.store.call(lambda s: export_session(s, session_id, now=app.now()))
     path = app.exports_dir() / f"gpuws-session-{session_id}.md"
     await asyncio.to_thread(_write_atomic, path, text)
-    app.notify(f"{path} ({len(text)} bytes)", title="Session exported", timeout=15)
+    app.notify(f"{path} ({len(text)} bytes)", title="Session exported", timeout=15, markup=False)
     app.post_to_screens(SessionsScreen, lambda: Exported(session_id, str(path), len(text)))
 
 
@@ -228,7 +230,7 @@ async def set_baseline_of(app: GpuwsApp, run_id: str, baseline: str) -> None:
 async def mark_baseline(app: GpuwsApp, run_id: str) -> None:
     """Make the run its workload's baseline."""
     await app.store.call(lambda s: s.set_baseline(run_id))
-    app.notify(f"{run_id} is now the baseline for its workload", timeout=6)
+    app.notify(f"{run_id} is now the baseline for its workload", timeout=6, markup=False)
 
 
 # ---------------------------------------------------------------------- store readers

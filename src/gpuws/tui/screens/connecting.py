@@ -13,7 +13,7 @@ from textual.widgets import Button, Footer, Header, Static
 
 from ...errors import GpuwsError
 from ...live.link import Target, UnknownHostKey
-from ...text.textsafe import visible
+from ...text.textsafe import visible, visible_lines
 from ..messages import StepChanged
 from ..widgets.pod.steps import ConnectSteps
 
@@ -86,9 +86,11 @@ class ConnectingScreen(Screen[None]):
         self.state = "host_key"
         text = Text()
         text.append("This host's key is not known yet\n", "bold")
-        text.append(f"{exc.message}\n\n")
-        text.append(f"  {exc.key_type}  ", "bold")
-        text.append(f"{exc.fingerprint}\n\n", "bold yellow")
+        # The key and its type are the server's: visible, like every error's words below
+        # (a failure can quote the pod's stderr).
+        text.append(f"{visible_lines(exc.message)}\n\n")
+        text.append(f"  {visible(exc.key_type, 80)}  ", "bold")
+        text.append(f"{visible(exc.fingerprint, 200)}\n\n", "bold yellow")
         text.append("Compare it with the fingerprint your provider shows for this pod. "
                     f"Accepting records it in {exc.known_hosts or 'known_hosts'}; a key that "
                     "changes later is refused.")
@@ -102,14 +104,14 @@ class ConnectingScreen(Screen[None]):
         self.state = "failed"
         text = Text()
         if isinstance(exc, GpuwsError):
-            text.append(f"✗ {exc.title}\n", "bold red")
-            text.append(exc.message)
+            text.append(f"✗ {visible(exc.title, 200)}\n", "bold red")
+            text.append(visible_lines(exc.message))
             if exc.remedy:
                 text.append("\n→ ", "bold")
-                text.append(exc.remedy)
+                text.append(visible_lines(exc.remedy))
         else:
             text.append(f"✗ {type(exc).__name__}\n", "bold red")
-            text.append(str(exc) or "an unexpected error")
+            text.append(visible_lines(str(exc)) or "an unexpected error")
         self.query_one("#failure-text", Static).update(text)
         self.query_one("#failure").display = True
         self.query_one("#retry", Button).focus()

@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ....live.link import STEPS
+from ....text.textsafe import visible
 from ...fmt import duration
 
 _LOOK = {"waiting": ("○", "dim"), "running": ("●", "bold cyan"), "ok": ("✓", "green"),
@@ -48,6 +49,7 @@ class ConnectSteps(Static):
             icon, style = _LOOK.get(state, ("?", ""))
             took = duration(seconds) if seconds is not None else ""
             shown = detail or ("…" if state == "running" else "")
+            # Text of visible(): a step's detail quotes the pod (its hostname, its GPUs).
             grid.add_row(Text(icon, style), Text(step, style if state != "ok" else ""),
-                         Text(took, "dim"), shown)
+                         Text(took, "dim"), Text(visible(shown, 400)))
         self.update(grid)
