@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .. import procs, wire
+from . import findings
 from ..pod import clocks, gpusel, pythons
 
 if TYPE_CHECKING:
@@ -240,12 +241,14 @@ def run_python(ctx: "RunContext", ref: Any, pod: Pod) -> None:
     if procs.CANCELLED["flag"]:
         return
     target = child_argv(ctx, "exec", iters)
-    table = tier2(ctx, pod, target, python=True, torch_argv=child_argv(ctx, "torchprof", iters)) \
-        if 2 in tiers else None
+    table = tier2(ctx, pod, target, python=True, torch_argv=child_argv(ctx, "torchprof", iters),
+                  regex=regex) if 2 in tiers else None
     if 3 in tiers and not procs.CANCELLED["flag"]:
         fell_back = tier3(ctx, pod, target, table, regex, python=True)
         if fell_back and not static_done:
             run_child(ctx, "static", tier=3)
+        if fell_back:
+            findings.without_counters(ctx, regex or (str(table[0]["name"]) if table else None))
 
 
 def declared_regex(ref: Any) -> Optional[str]:
@@ -314,7 +317,8 @@ def tier1(ctx: "RunContext") -> None:
 # ----------------------------------------------------------------------------- tier 2
 def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
           torch_argv: Optional[List[str]] = None, inject: bool = False,
-          recorded: Optional[str] = None) -> Optional[List[Dict[str, Any]]]:
+          recorded: Optional[str] = None, regex: Optional[str] = None
+          ) -> Optional[List[Dict[str, Any]]]:
     """Which kernels matter: returns the ranked kernel rows (or None).
 
     In order: nsys when a working one exists; else torch.profiler, with the GPU idle and
@@ -337,14 +341,14 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
         ran = True
         found = tier2_nsys(ctx, nsys, target, python, tried)
         if found is not None:
-            return finish_tier2(ctx, t0, found[0], "nsys", tried, found[1])
+            return finish_tier2(ctx, t0, found[0], "nsys", tried, found[1], regex)
     else:
         tried.append("nsys: not installed on the pod")
     if python and torch_argv and pod.has_package("torch"):
         ran = True
         found = tier2_torch(ctx, torch_argv, False, tried)
         if found is not None:
-            return finish_tier2(ctx, t0, found[0], "torch.profiler", tried, found[1])
+            return finish_tier2(ctx, t0, found[0], "torch.profiler", tried, found[1], regex)
     elif python:
         tried.append("torch.profiler: torch is not installed")
     elif inject and not procs.CANCELLED["flag"]:
@@ -353,14 +357,15 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
             else tier2_torch(ctx, target, True, tried)
         if found is not None:
             return finish_tier2(ctx, t0, found[0], "torch.profiler (injected)", tried,
-                                found[1])
+                                found[1], regex)
     if not procs.CANCELLED["flag"]:
         sel = pod.select_ncu([])
         if sel.get("selected") and pod.counters.get("verdict") != "blocked":
             ran = True
             rows = tier2_ncu(ctx, str(sel["selected"]), target, python, tried)
             if rows is not None:
-                return finish_tier2(ctx, t0, rows, "ncu gpu__time_duration", tried)
+                return finish_tier2(ctx, t0, rows, "ncu gpu__time_duration", tried,
+                                    regex=regex)
         else:
             tried.append("ncu: " + ("counters are blocked" if sel.get("selected")
                                     else "no compatible ncu"))
@@ -376,8 +381,10 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
 
 
 def finish_tier2(ctx: "RunContext", t0: float, rows: List[Dict[str, Any]], source: str,
-                 tried: List[str], extra: Optional[Dict[str, Any]] = None
-                 ) -> List[Dict[str, Any]]:
+                 tried: List[str], extra: Optional[Dict[str, Any]] = None,
+                 regex: Optional[str] = None) -> List[Dict[str, Any]]:
+    """Emit the kernel table, the end of Tier 2, and the program verdict (before Tier 3
+    chooses its target, so it can say whether that target is worth profiling)."""
     event = wire.make("kernel_table", source=source, kernels=rows)
     event.update(extra or {})
     ctx.emit(event)
@@ -385,6 +392,7 @@ def finish_tier2(ctx: "RunContext", t0: float, rows: List[Dict[str, Any]], sourc
     ctx.emit(wire.make("tier_finished", tier=2, status="ok" if not tried else "fallback",
                        wall_s=time.time() - t0, gpu_s=gpu_s, source=source,
                        reason="; ".join(tried)))
+    findings.after_tier2(ctx, event, regex, 3 in tiers_of(ctx))
     return rows
 
 
@@ -641,6 +649,8 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
         ctx.emit(kernel_metrics_event(launch))
     if launches:
         ctx.emit(rule_findings_event(launches))
+        findings.after_tier3(ctx, launches, table, regex,
+                             findings.sm_count_of(pod.facts, run_gpu_index(ctx)))
     ctx.announce_artifacts()
     passes = sum(int(p.get("passes") or 0) for p in parser.profiled)
     kernel_ns = sum(float(x["metrics"].get("duration_ns") or 0) for x in launches)
