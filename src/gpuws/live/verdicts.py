@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -28,14 +28,16 @@ from ..remote_agent.verdicts.kernel import (
 from ..remote_agent.verdicts.names import short_name
 from ..remote_agent.verdicts.program import program_verdict, tier3_advice
 from ..text import humanfmt
-from .model import RunModel
+
+if TYPE_CHECKING:
+    from .model import RunModel
 
 #: Rows a kernel table shows before the rest fold into one "others" row.
 TOP_ROWS = 10
 #: The event types a verdict is derived from (and the pod's own verdicts).
 INPUT_TYPES = ("run_started", "tier_started", "tier_finished", "tier1_result", "kernel_table",
                "kernel_metrics", "rule_findings", "static_analysis", "program_verdict",
-               "kernel_verdict", "tier3_coverage")
+               "kernel_verdict", "tier3_coverage", "diagnosis")
 
 S = TypeVar("S", bound=msgspec.Struct)
 
@@ -47,6 +49,8 @@ class Inputs:
     spec: protocol.RunSpec | None = None
     tier3_argv: list[str] | None = None
     tier3_status: str | None = None
+    #: A diagnosis said the counters are blocked (predicted, or ncu said so).
+    counters_blocked: bool = False
     tier1: protocol.Tier1Result | None = None
     table: protocol.KernelTable | None = None
     metrics: list[protocol.KernelMetrics] = field(default_factory=list)
@@ -98,11 +102,13 @@ def inputs_from_events(events: Iterable[protocol.Events]) -> Inputs:
             got.pod_kernels = [k for k in got.pod_kernels if k.kernel != ev.kernel] + [ev]
         elif isinstance(ev, protocol.Tier3Coverage):
             got.pod_coverage = ev
+        elif isinstance(ev, protocol.Diagnosis) and ev.code == "counters_blocked":
+            got.counters_blocked = True
     got.rules = [r for kernel_rules in rules.values() for r in kernel_rules]
     return got
 
 
-def inputs_from_model(model: RunModel) -> Inputs:
+def inputs_from_model(model: "RunModel") -> Inputs:
     """The inputs from a run model (live, or replayed from the store)."""
     tier3 = model.tiers.get(3)
     return Inputs(spec=model.spec, tier3_argv=tier3.argv if tier3 is not None else None,
@@ -110,7 +116,8 @@ def inputs_from_model(model: RunModel) -> Inputs:
                   tier1=model.tier1, table=model.kernel_table, metrics=list(model.metrics),
                   rules=list(model.rules), static=list(model.static),
                   pod_program=model.program_verdict, pod_kernels=list(model.kernel_verdicts),
-                  pod_coverage=model.coverage)
+                  pod_coverage=model.coverage,
+                  counters_blocked=any(d.code == "counters_blocked" for d in model.diagnoses))
 
 
 def tier3_regex(argv: Sequence[str] | None) -> str | None:
@@ -149,8 +156,8 @@ def derive(got: Inputs) -> Verdicts:
                 msgspec.to_builtins(got.table), [m.kernel for m in got.metrics], regex=regex,
                 launch_skip=got.spec.launch_skip if got.spec else 0,
                 launch_count=got.spec.launch_count if got.spec else 1), protocol.Tier3Coverage)
-    elif not kernels and got.tier3_status in ("fallback", "skipped") and (
-            got.tier1 is not None or got.static):
+    elif not kernels and (got.counters_blocked or got.tier3_status in ("fallback", "skipped")) \
+            and (got.tier1 is not None or got.static):
         static = got.static[-1] if got.static else None
         name = static.kernel if static is not None else (regex or "the workload")
         kernels = [_convert(kernel_verdict_without_counters(

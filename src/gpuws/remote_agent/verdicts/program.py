@@ -39,10 +39,9 @@ FAMILIES: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
                      "activation", "gelu", "silu", "relu", "saxpy", "axpy", "add_kernel",
                      "mul_kernel")),
 )
-#: Where the figures of a kernel table come from, as a person names the tool.
-SOURCE_NAMES = {"nsys": "nsys", "torch.profiler": "torch.profiler",
-                "torch.profiler (injected)": "torch.profiler",
-                "ncu gpu__time_duration": "ncu"}
+#: Where the figures of a kernel table come from, as a person names the tool (the
+#: table's ``source`` starts with one of these).
+SOURCE_TOOLS = ("nsys", "torch.profiler", "ncu")
 
 
 def family(name: str) -> str:
@@ -53,6 +52,11 @@ def family(name: str) -> str:
         if any(mark in low for mark in marks):
             return fam
     return "other"
+
+
+def source_tool(source: str) -> str:
+    """The tool behind a kernel table's ``source`` (``ncu gpu__time_duration`` is ncu)."""
+    return next((t for t in SOURCE_TOOLS if source.startswith(t)), source or "?")
 
 
 def evidence(name: str, value: Optional[float], unit: str, source: str) -> Dict[str, Any]:
@@ -77,7 +81,7 @@ def families(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 def program_verdict(table: Dict[str, Any]) -> Dict[str, Any]:
     """The ``program_verdict`` event (without envelope) for one ``kernel_table`` event."""
     rows = list(table.get("kernels") or [])
-    src = SOURCE_NAMES.get(str(table.get("source") or ""), str(table.get("source") or "?"))
+    src = source_tool(str(table.get("source") or ""))
     idle = _num(table.get("gpu_idle_pct"))
     memcpy = _num(table.get("memcpy_pct"))
     busy = None if idle is None else max(0.0, 100.0 - idle)
