@@ -46,7 +46,7 @@ def test_without_counters_the_pods_gpm_verdict_is_kept() -> None:
     # said; where there is nothing from the pod, Tier 1 and static analysis speak.
     events = [e for e in recorded_events()
               if not isinstance(e, (protocol.KernelMetrics, protocol.RuleFindings))]
-    fallback = [e for e in events if isinstance(e, protocol.TierFinished) and e.tier == 3][0]
+    fallback = next(e for e in events if isinstance(e, protocol.TierFinished) and e.tier == 3)
     fallback.status = "fallback"
     got = verdicts.derive(verdicts.inputs_from_events(events))
     assert [k.counters for k in got.kernels] == [False]

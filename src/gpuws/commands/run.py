@@ -21,11 +21,11 @@ from rich.text import Text
 from .. import protocol, runspec
 from ..errors import ConnectError, RunError, StoreError, UsageError
 from ..gpu import clocks, gpus
+from ..live import verdicts
 from ..live.boundary import SeqGate
 from ..live.engine import Engine, Notice
 from ..live.feed import Batch
 from ..live.link import Target
-from ..live import verdicts
 from ..live.model import LineJoiner, LogLine
 from ..live.storeio import StoreHandle
 from ..sessions.compare import compare_runs, regression_gate, render_comparison
@@ -278,9 +278,9 @@ def verdict_lines(ev: protocol.ProgramVerdict | protocol.KernelVerdict
             out.append(Text.assemble("  Tier 3 profiled ", safe(", ".join(
                 f"{r.short_name or r.name} ({humanfmt.pct(r.share_pct, 0)})"
                 for r in ev.profiled) or "none of Tier 2's top kernels")))
-        for r in ev.missed:
-            out.append(Text.assemble("  missed ", safe(r.short_name or r.name, "yellow"),
-                                     f" ({humanfmt.pct(r.share_pct, 0)}): ", safe(r.why)))
+        for row in ev.missed:
+            out.append(Text.assemble("  missed ", safe(row.short_name or row.name, "yellow"),
+                                     f" ({humanfmt.pct(row.share_pct, 0)}): ", safe(row.why)))
     return out
 
 

@@ -108,7 +108,7 @@ def inputs_from_events(events: Iterable[protocol.Events]) -> Inputs:
     return got
 
 
-def inputs_from_model(model: "RunModel") -> Inputs:
+def inputs_from_model(model: RunModel) -> Inputs:
     """The inputs from a run model (live, or replayed from the store)."""
     tier3 = model.tiers.get(3)
     return Inputs(spec=model.spec, tier3_argv=tier3.argv if tier3 is not None else None,

@@ -416,7 +416,7 @@ def _full_names(names: Sequence[str]) -> list[str]:
         return []
     out = ["", "<details><summary>Full kernel names</summary>", ""]
     out += [f"- {_code(verdicts.short(n), cell=False)}: {_code(n, cell=False)}" for n in longer]
-    return out + ["", "</details>"]
+    return [*out, "", "</details>"]
 
 
 def _metrics(rows: list[KernelMetricsRow]) -> list[str]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from .. import protocol
 from ..errors import GpuwsError
+from ..live.verdicts import INPUT_TYPES, Verdicts, derive, inputs_from_events
 from ..sessions.compare import Comparison, compare_runs
 from ..sessions.runlist import why_failed
 from ..sessions.store import KernelMetricsRow, RunRow, Store
@@ -28,6 +29,7 @@ class RunResults:
         failure: why the run failed, was cancelled or a tier gave nothing (empty when
             everything it was asked for ran).
         tiers: how each tier that finished ended, by tier number.
+        verdicts: what bounds the program and its kernels, by today's logic.
     """
 
     run: RunRow
@@ -41,6 +43,7 @@ class RunResults:
     baseline_note: str
     failure: str = ""
     tiers: dict[int, protocol.TierFinished] = field(default_factory=dict)
+    verdicts: Verdicts = field(default_factory=Verdicts)
 
     def metrics_note(self) -> str:
         """Why there are no Tier-3 metrics to show (empty when there are some)."""
@@ -91,4 +94,6 @@ def load_results(store: Store, run_id: str) -> RunResults:
                       metrics=store.metrics(run.run_id), rules=store.rules(run.run_id),
                       static=static, diagnoses=store.diagnoses(run.run_id),
                       comparison=comparison, baseline_note=note,
-                      failure=why_failed(store, run.run_id), tiers=tiers)
+                      failure=why_failed(store, run.run_id), tiers=tiers,
+                      verdicts=derive(inputs_from_events(
+                          store.run_events(run.run_id, INPUT_TYPES))))

@@ -15,8 +15,8 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .. import procs, wire
-from . import findings
 from ..pod import clocks, gpusel, pythons
+from . import findings
 
 if TYPE_CHECKING:
     from ..worker import RunContext

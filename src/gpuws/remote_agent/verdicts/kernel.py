@@ -87,7 +87,7 @@ def ranked_rules(rules: List[Dict[str, Any]], metrics: Dict[str, Any],
                  stalls: List[Dict[str, Any]], grid: Optional[str]) -> List[Dict[str, Any]]:
     """ncu's findings that suggest a change (OPT, WRN), largest estimated speedup first,
     each with the measured figure that speaks for it (``protocol.RankedRule``)."""
-    out = []
+    out: List[Dict[str, Any]] = []
     for rule in rules:
         if str(rule.get("kind")) not in ("OPT", "WRN") or "could not be found" in str(
                 rule.get("message")):
@@ -105,7 +105,7 @@ def ranked_rules(rules: List[Dict[str, Any]], metrics: Dict[str, Any],
                     "message": str(rule.get("message")),
                     "est_speedup_pct": _num(rule.get("est_speedup_pct")),
                     "speedup_type": rule.get("speedup_type"), "evidence": ev})
-    out.sort(key=lambda r: -(r["est_speedup_pct"] if r["est_speedup_pct"] is not None
+    out.sort(key=lambda r: -(float(r["est_speedup_pct"]) if r["est_speedup_pct"] is not None
                              else -1.0))
     return out
 

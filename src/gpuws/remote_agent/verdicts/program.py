@@ -143,8 +143,8 @@ def _not_gpu_bound(busy: float, memcpy: Optional[float], launches: int,
                          "fused attention and norms)",
                          "give each launch more work: bigger batches, longer sequences",
                          "move Python-side work out of the loop (no .item(), no host syncs)"],
-            "evidence": base + [evidence("mean kernel time", mean_ns, "ns", src),
-                                evidence("kernel launches", float(launches), "", src)]}
+            "evidence": [*base, evidence("mean kernel time", mean_ns, "ns", src),
+                         evidence("kernel launches", float(launches), "", src)]}
     return "host", {
         "code": "host_bound", "severity": "warning",
         "title": "Host- or sync-bound: the GPU is idle %.0f%% of the time between kernels"
@@ -158,7 +158,7 @@ def _not_gpu_bound(busy: float, memcpy: Optional[float], launches: int,
                      "overlap data loading with compute (DataLoader workers, pinned memory, "
                      "non_blocking copies)",
                      "run nsys with --trace=cuda,osrt,nvtx to see what the host does"],
-        "evidence": base + [evidence("mean kernel time", mean_ns, "ns", src)]}
+        "evidence": [*base, evidence("mean kernel time", mean_ns, "ns", src)]}
 
 
 def _transfers(memcpy: float, src: str) -> Dict[str, Any]:
