@@ -13,7 +13,7 @@ Also here: Tier 3 checked against Tier 2 (:func:`coverage`).
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .names import short_name
 from .program import evidence
@@ -151,7 +151,7 @@ def kernel_verdict(launch: Dict[str, Any], rules: Optional[List[Dict[str, Any]]]
 def _bound_with_counters(sm: Optional[float], mem: Optional[float], dram: Optional[float],
                          tensor: Optional[float], occ: Optional[float],
                          blocks: Optional[int], sm_count: Optional[int],
-                         top: Optional[Dict[str, Any]]) -> "tuple[str, str]":
+                         top: Optional[Dict[str, Any]]) -> Tuple[str, str]:
     if sm is None and mem is None:
         return "unknown", "ncu gave no speed-of-light figures for this launch"
     sm_v, mem_v = sm or 0.0, mem or 0.0
@@ -238,7 +238,7 @@ def kernel_verdict_without_counters(
 
 def _bound_without_counters(bw: Optional[float], fl: Optional[float], dram_g: Optional[float],
                             tensor_g: Optional[float], sm_g: Optional[float],
-                            theo: Optional[float], limiter: Any) -> "tuple[str, str]":
+                            theo: Optional[float], limiter: Any) -> Tuple[str, str]:
     if fl is not None and fl >= BUSY_UNIT_PCT and (bw is None or fl >= bw):
         return "compute_tensor" if tensor_g is not None and tensor_g >= TENSOR_BUSY_PCT \
             else "compute_sm", "Compute-bound: %.0f%% of the GPU's peak FLOP/s" % fl
