@@ -83,6 +83,29 @@ REAL_NAMES = [
 ]
 
 
+#: As nsys, rocprof and torch.profiler printed them in published profiles (PyTorch 2.x):
+#: whole, and cut by torch.profiler's table at 55 characters with "...".
+PUBLISHED_NAMES = [
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+     "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)",
+     "vectorized_elementwise_kernel", "elementwise"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::bfloat16tofloat32_copy_"
+     "kernel_cuda(at::TensorIteratorBase&)::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul> "
+     ">(int, at::native::bfloat16tofloat32_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda("
+     "c10::BFloat16)#1}, std::array<char*, 2ul>)", "vectorized_elementwise_kernel",
+     "copy/memset"),
+    ("void at::native::vectorized_elementwise_kernel<4, at...",
+     "vectorized_elementwise_kernel", "elementwise"),
+    ("void at::native::(anonymous namespace)::conv_depthwi...", "conv_depthwi...", "GEMM"),
+    ("void tiled<float, 32>(float const*, float const*, float*, int)", "tiled", "other"),
+]
+
+
+@pytest.mark.parametrize(("full", "short", "fam"), PUBLISHED_NAMES)
+def test_short_names_and_families_of_published_names(full: str, short: str, fam: str) -> None:
+    assert (short_name(full), family(full)) == (short, fam)
+
+
 @pytest.mark.parametrize(("full", "short"), REAL_NAMES)
 def test_short_name_is_nsights_function_name(full: str, short: str) -> None:
     assert short_name(full) == short
