@@ -257,3 +257,13 @@ def test_coverage_names_what_tier3_missed_and_why() -> None:
     assert all("another process" in r["why"] for r in c["missed"])
     c = coverage(table, ["other"], regex="(", launch_skip=0, launch_count=1)
     assert "could not be checked here" in c["missed"][0]["why"] and c["others"] == ["other"]
+
+
+def test_tier1_and_gpm_evidence_go_beside_ncus_with_their_sources() -> None:
+    gpm = {"dram_bw_pct": 89.0, "sm_active_pct": 98.0}  # the figures issue 21 read over a copy
+    v = kernel_verdict(recorded("kernel_metrics"), [], tier1=recorded("tier1_result"), gpm=gpm)
+    assert v["bound"] == "dram" and v["sources"] == ["ncu", "CUDA events", "NVML GPM"]
+    by_source = {e["source"] for e in v["evidence"]}
+    assert by_source == {"ncu", "CUDA events", "NVML GPM"}
+    achieved = next(e for e in v["evidence"] if e["name"] == "achieved bandwidth")
+    assert achieved["value"] == pytest.approx(4300.38, abs=0.01)

@@ -65,7 +65,15 @@ def without_counters(ctx: "RunContext", target: Optional[str]) -> None:
     if tier1 is None and static is None:
         return  # nothing to judge by: the diagnosis already says what was not measured
     ctx.emit(wire.make("kernel_verdict", **kernel_verdict_without_counters(
-        str(kernel or "the workload"), tier1, static)))
+        str(kernel or "the workload"), tier1, static, gpm_of(tier1))))
+
+
+def gpm_of(tier1: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """NVML GPM figures sampled over Tier 1's window, where the Tier 1 result carries them
+    (a ``gpm`` map keyed as :func:`..verdicts.kernel.kernel_verdict_without_counters` reads
+    it); None otherwise."""
+    gpm = (tier1 or {}).get("gpm")
+    return gpm if isinstance(gpm, dict) else None
 
 
 def own_events(ctx: "RunContext") -> Dict[str, Dict[str, Any]]:

@@ -111,13 +111,16 @@ def ranked_rules(rules: List[Dict[str, Any]], metrics: Dict[str, Any],
 
 
 def kernel_verdict(launch: Dict[str, Any], rules: Optional[List[Dict[str, Any]]] = None,
-                   sm_count: Optional[int] = None) -> Dict[str, Any]:
+                   sm_count: Optional[int] = None, tier1: Optional[Dict[str, Any]] = None,
+                   gpm: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The ``kernel_verdict`` for one profiled launch (a ``kernel_metrics`` event).
 
     Args:
         launch: the ``kernel_metrics`` event (metrics, stalls, grid, block).
         rules: ncu's rule findings for that kernel (``protocol.Rule`` dicts).
         sm_count: the GPU's SM count, to tell a grid too small to fill it.
+        tier1: the ``tier1_result`` event, whose achieved rates go beside ncu's figures.
+        gpm: NVML GPM figures (see :func:`kernel_verdict_without_counters`), likewise.
     """
     m = dict(launch.get("metrics") or {})
     stalls = list(launch.get("stalls") or [])
@@ -142,9 +145,15 @@ def kernel_verdict(launch: Dict[str, Any], rules: Optional[List[Dict[str, Any]]]
         ev.append(evidence("top stall: %s" % top.get("reason"), _num(top.get("pct")), "%",
                            "ncu"))
     bound, sentence = _bound_with_counters(sm, mem, dram, tensor, occ, blocks, sm_count, top)
+    sources = ["ncu"]
+    for more, source in ((_tier1_evidence(tier1), "CUDA events"), (_gpm_evidence(gpm),
+                                                                     "NVML GPM")):
+        if more:
+            ev += more
+            sources.append(source)
     return {"kernel": name, "short_name": short_name(name), "launch": launch.get("launch"),
             "bound": bound, "sentence": sentence, "counters": True,
-            "sources": ["ncu"], "evidence": ev,
+            "sources": sources, "evidence": ev,
             "rules": ranked_rules(rules or [], m, stalls, launch.get("grid"))}
 
 
@@ -208,20 +217,13 @@ def kernel_verdict_without_counters(
     bw = fl = None
     if tier1:
         bw, fl = _num(tier1.get("pct_peak_bw")), _num(tier1.get("pct_peak_flops"))
-        ev += [evidence("achieved bandwidth", _num(tier1.get("gbps")), "GB/s", "CUDA events"),
-               evidence("bandwidth (of peak)", bw, "%", "CUDA events"),
-               evidence("achieved compute", _num(tier1.get("tflops")), "TFLOP/s",
-                        "CUDA events"),
-               evidence("compute (of peak)", fl, "%", "CUDA events")]
+        ev += _tier1_evidence(tier1)
         sources.append("CUDA events")
     g = gpm or {}
     dram_g, tensor_g = _num(g.get("dram_bw_pct")), _num(g.get("tensor_active_pct"))
-    sm_g, occ_g = _num(g.get("sm_active_pct")), _num(g.get("sm_occupancy_pct"))
+    sm_g = _num(g.get("sm_active_pct"))
     if gpm:
-        ev += [evidence("DRAM bandwidth utilisation", dram_g, "%", "NVML GPM"),
-               evidence("tensor activity", tensor_g, "%", "NVML GPM"),
-               evidence("SM active", sm_g, "%", "NVML GPM"),
-               evidence("SM occupancy", occ_g, "%", "NVML GPM")]
+        ev += _gpm_evidence(gpm)
         sources.append("NVML GPM")
     theo = _num((static or {}).get("theoretical_occupancy_pct"))
     if static:
@@ -234,6 +236,26 @@ def kernel_verdict_without_counters(
             "bound": bound,
             "sentence": "%s (from %s, without hardware counters)" % (sentence, used),
             "counters": False, "sources": sources, "evidence": ev, "rules": []}
+
+
+def _tier1_evidence(tier1: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    if not tier1:
+        return []
+    return [evidence("achieved bandwidth", _num(tier1.get("gbps")), "GB/s", "CUDA events"),
+            evidence("bandwidth (of peak)", _num(tier1.get("pct_peak_bw")), "%", "CUDA events"),
+            evidence("achieved compute", _num(tier1.get("tflops")), "TFLOP/s", "CUDA events"),
+            evidence("compute (of peak)", _num(tier1.get("pct_peak_flops")), "%",
+                     "CUDA events")]
+
+
+def _gpm_evidence(gpm: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    if not gpm:
+        return []
+    return [evidence("DRAM bandwidth utilisation", _num(gpm.get("dram_bw_pct")), "%",
+                     "NVML GPM"),
+            evidence("tensor activity", _num(gpm.get("tensor_active_pct")), "%", "NVML GPM"),
+            evidence("SM active", _num(gpm.get("sm_active_pct")), "%", "NVML GPM"),
+            evidence("SM occupancy", _num(gpm.get("sm_occupancy_pct")), "%", "NVML GPM")]
 
 
 def _bound_without_counters(bw: Optional[float], fl: Optional[float], dram_g: Optional[float],
