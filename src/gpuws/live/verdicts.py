@@ -22,6 +22,7 @@ import msgspec
 from .. import protocol
 from ..remote_agent.verdicts.kernel import (
     coverage,
+    gpm_of,
     kernel_verdict,
     kernel_verdict_without_counters,
 )
@@ -160,10 +161,10 @@ def derive(got: Inputs) -> Verdicts:
             and (got.tier1 is not None or got.static):
         static = got.static[-1] if got.static else None
         name = static.kernel if static is not None else (regex or "the workload")
+        tier1 = msgspec.to_builtins(got.tier1) if got.tier1 is not None else None
         kernels = [_convert(kernel_verdict_without_counters(
-            name, msgspec.to_builtins(got.tier1) if got.tier1 is not None else None,
-            msgspec.to_builtins(static) if static is not None else None),
-            protocol.KernelVerdict)]
+            name, tier1, msgspec.to_builtins(static) if static is not None else None,
+            gpm_of(tier1)), protocol.KernelVerdict)]
     return Verdicts(program, kernels, cov)
 
 

@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from .. import wire
 from ..safefiles import read_regular
-from ..verdicts.kernel import coverage, kernel_verdict, kernel_verdict_without_counters
+from ..verdicts.kernel import (
+    coverage,
+    gpm_of,
+    kernel_verdict,
+    kernel_verdict_without_counters,
+)
 from ..verdicts.program import program_verdict, tier3_advice
 
 if TYPE_CHECKING:
@@ -67,13 +72,6 @@ def without_counters(ctx: "RunContext", target: Optional[str]) -> None:
     ctx.emit(wire.make("kernel_verdict", **kernel_verdict_without_counters(
         str(kernel or "the workload"), tier1, static, gpm_of(tier1))))
 
-
-def gpm_of(tier1: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """NVML GPM figures sampled over Tier 1's window, where the Tier 1 result carries them
-    (a ``gpm`` map keyed as :func:`..verdicts.kernel.kernel_verdict_without_counters` reads
-    it); None otherwise."""
-    gpm = (tier1 or {}).get("gpm")
-    return gpm if isinstance(gpm, dict) else None
 
 
 def own_events(ctx: "RunContext") -> Dict[str, Dict[str, Any]]:

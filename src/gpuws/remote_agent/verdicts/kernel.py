@@ -238,6 +238,13 @@ def kernel_verdict_without_counters(
             "counters": False, "sources": sources, "evidence": ev, "rules": []}
 
 
+def gpm_of(tier1: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """NVML GPM figures sampled over Tier 1's window, where the ``tier1_result`` carries
+    them (a ``gpm`` map keyed as :func:`kernel_verdict_without_counters` reads it)."""
+    gpm = (tier1 or {}).get("gpm")
+    return gpm if isinstance(gpm, dict) else None
+
+
 def _tier1_evidence(tier1: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
     if not tier1:
         return []
