@@ -226,3 +226,15 @@ def test_tier2_states_the_program_verdict_before_tier3(ctx: RunContext) -> None:
     assert isinstance(verdict, protocol.ProgramVerdict)
     assert verdict.findings[0].code == "dominant_kernel"
     assert verdict.tier3_advice.startswith("Tier 3 profiles saxpy: 100% of kernel time")
+
+
+def test_a_verdict_that_cannot_be_stated_never_stops_the_run(ctx: RunContext) -> None:
+    # A row no parser of ours writes (a share that is not a number): the table and the end
+    # of Tier 2 are recorded, the verdict's failure is one warning, and the call returns.
+    rows = [{"name": "k", "calls": 1, "total_ns": 1.0, "mean_ns": 1.0, "share_pct": "lots"}]
+    assert tiers.finish_tier2(ctx, 0.0, rows, "nsys", []) == rows
+    # Read as JSON: the laptop would refuse that table, which is not what is tested here.
+    evs = [json.loads(line) for line in
+           (Path(ctx.run_dir) / "events.ndjson").read_text().splitlines()]
+    assert [e["type"] for e in evs] == ["kernel_table", "tier_finished", "log"]
+    assert evs[-1]["message"].startswith("the program verdict was not stated: ValueError")

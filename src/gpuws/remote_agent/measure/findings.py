@@ -9,9 +9,10 @@ found; the log is durable and already holds them).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, TypeVar
 
 from .. import wire
 from ..safefiles import read_regular
@@ -29,10 +30,27 @@ if TYPE_CHECKING:
 #: Most of the run's own log read back for the fallback verdict (Tier 1's events come
 #: early; a run that printed more than this before them gets no fallback verdict).
 LOG_READ_LIMIT = 64 << 20
+F = TypeVar("F", bound=Callable[..., None])
 #: The event types the fallback verdict reads back.
 _WANTED = ("tier1_result", "static_analysis", "kernel_table")
 
 
+def stated(what: str) -> Callable[[F], F]:
+    """A verdict is a reading of numbers already recorded: if stating one fails, the run
+    says so in its log and goes on (its figures are whole without it)."""
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def guarded(ctx: "RunContext", *args: Any, **kwargs: Any) -> None:
+            try:
+                fn(ctx, *args, **kwargs)
+            except (ValueError, TypeError, KeyError, AttributeError, ZeroDivisionError) as exc:
+                ctx.emit(wire.make("log", level="warning", message="the %s verdict was not "
+                                   "stated: %s: %s" % (what, type(exc).__name__, exc)))
+        return guarded  # type: ignore[return-value]
+    return wrap
+
+
+@stated("program")
 def after_tier2(ctx: "RunContext", table: Dict[str, Any], regex: Optional[str],
                 tier3: bool) -> None:
     """Emit the program verdict of Tier 2's ``kernel_table`` event."""
@@ -43,6 +61,7 @@ def after_tier2(ctx: "RunContext", table: Dict[str, Any], regex: Optional[str],
     ctx.emit(wire.make("program_verdict", **verdict))
 
 
+@stated("kernel")
 def after_tier3(ctx: "RunContext", launches: List[Dict[str, Any]],
                 table: Optional[List[Dict[str, Any]]], regex: Optional[str],
                 sm_count: Optional[int]) -> None:
@@ -61,6 +80,7 @@ def after_tier3(ctx: "RunContext", launches: List[Dict[str, Any]],
         launch_count=int(ctx.spec.get("launch_count") or 1))))
 
 
+@stated("kernel")
 def without_counters(ctx: "RunContext", target: Optional[str]) -> None:
     """Emit the kernel verdict from Tier 1 and static analysis (counters blocked)."""
     seen = own_events(ctx)
