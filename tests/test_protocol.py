@@ -116,9 +116,11 @@ def test_every_event_type_the_agent_writes_is_in_the_protocol() -> None:
     """Static half of the contract: each wire.make("TYPE", ...) names a known event."""
     tags = {cls.__struct_config__.tag for cls in protocol.Events.__args__}  # type: ignore[attr-defined]
     made: set[str] = set()
-    for path in AGENT_SRC.glob("*.py"):
+    # Every module of the agent, the tiers' and verdicts' subpackages included.
+    for path in AGENT_SRC.rglob("*.py"):
         made |= set(re.findall(r'wire\.make\(\s*"([a-z0-9_]+)"', path.read_text()))
         made |= set(re.findall(r'\.reply\([^,]+,\s*"([a-z0-9_]+)"', path.read_text()))
+    assert {"program_verdict", "kernel_verdict", "tier3_coverage"} <= made
     assert made, "no agent events found"
     assert made <= tags, f"agent writes unknown types: {made - tags}"
 
