@@ -460,6 +460,11 @@ class KernelTable(Event, kw_only=True, tag="kernel_table"):
     kernels: list[KernelRow]
     gpu_idle_pct: float | None = None
     memcpy_pct: float | None = None
+    #: The kernel span the shares are of, the idle gaps inside it and the longest one
+    #: (None where the timeline did not give them, or from agents before these fields).
+    span_ns: float | None = None
+    gap_count: int | None = None
+    largest_gap_ns: float | None = None
 
 
 class NcuProgress(Event, kw_only=True, tag="ncu_progress"):

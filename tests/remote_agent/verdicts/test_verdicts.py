@@ -267,3 +267,33 @@ def test_tier1_and_gpm_evidence_go_beside_ncus_with_their_sources() -> None:
     assert by_source == {"ncu", "CUDA events", "NVML GPM"}
     achieved = next(e for e in v["evidence"] if e["name"] == "achieved bandwidth")
     assert achieved["value"] == pytest.approx(4300.38, abs=0.01)
+
+
+def test_the_timelines_gaps_tell_launch_waits_from_host_waits() -> None:
+    # The recorded attention table (12 launches) with a timeline's figures beside it (the
+    # recording has none), idle 76% of the span.
+    table = _with_timeline(76.0, 0.0)
+    # 152 µs idle in 11 gaps of 13.8 µs: waiting for launches.
+    many_short = program_verdict(dict(table, span_ns=200_000.0, gap_count=11,
+                                      largest_gap_ns=20_000.0))
+    assert many_short["bound"] == "launch"
+    assert "with 13.8 µs idle between them" in many_short["findings"][0]["detail"]
+    # The same idle share in a 1 ms span, in 2 gaps of 380 µs: the host away.
+    few_long = program_verdict(dict(table, span_ns=1_000_000.0, gap_count=2,
+                                    largest_gap_ns=500_000.0))
+    assert few_long["bound"] == "host"
+    assert "waits 380.0 µs between kernels on average" in few_long["findings"][0]["detail"]
+    gaps = {e["name"]: e["value"] for e in few_long["evidence"]}
+    assert gaps["mean idle gap"] == pytest.approx(380_000.0)
+    assert gaps["longest idle gap"] == 500_000.0
+
+
+def test_gaps_of_several_processes_add_up() -> None:
+    from gpuws.remote_agent.measure.tier2_parse import merge_timelines
+
+    got = merge_timelines([{"span_ns": 100, "idle_ns": 40, "gap_count": 3,
+                            "largest_gap_ns": 20},
+                           {"span_ns": 50, "idle_ns": 10, "gap_count": 1,
+                            "largest_gap_ns": 10}])
+    assert (got["gap_count"], got["largest_gap_ns"], got["gpu_idle_pct"]) == (
+        4, 20, pytest.approx(100 * 50 / 150))

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 NCU_METRICS = ["duration_ns", "sm_throughput_pct", "memory_throughput_pct",
                "dram_throughput_pct", "achieved_occupancy_pct", "l1_hit_pct", "l2_hit_pct",
                "tensor_pipe_active_pct", "warp stall reasons", "flops", "dram_bytes"]
+#: What Tier 2's timeline adds to its kernel table (``protocol.KernelTable``).
+TIMELINE_KEYS = ("gpu_idle_pct", "memcpy_pct", "span_ns", "gap_count", "largest_gap_ns")
 COUNTER_REMEDIES = [
     "on the host: options nvidia NVreg_RestrictProfilingToAdminUsers=0 in "
     "/etc/modprobe.d/, then reboot (or reload the nvidia module)",
@@ -430,8 +432,7 @@ def torch_table(ctx: "RunContext", out: str, inject: bool, tried: List[str]
             "no Python process imported torch" if not got["processes"] and inject
             else "; ".join(got["problems"][:2]) or "no GPU activity"))
         return None
-    return got["kernels"], {"gpu_idle_pct": got["gpu_idle_pct"],
-                            "memcpy_pct": got["memcpy_pct"]}
+    return got["kernels"], {k: got.get(k) for k in TIMELINE_KEYS}
 
 
 def tier2_recorded(ctx: "RunContext", out: str, tried: List[str]
@@ -477,7 +478,7 @@ def tier2_nsys(ctx: "RunContext", nsys: str, target: List[str], python: bool,
 
                 try:
                     tl = parse_nsys_sqlite(sqlite)
-                    extra = {k: tl.get(k) for k in ("gpu_idle_pct", "memcpy_pct")}
+                    extra = {k: tl.get(k) for k in TIMELINE_KEYS}
                 except (ValueError, OSError):
                     pass
             ctx.announce_artifacts()

@@ -18,6 +18,10 @@ BUSY_LOW_PCT = 50.0
 #: A mean kernel time under this is short enough that launch overhead (a few µs of host
 #: time per launch through PyTorch's dispatcher) can keep the GPU waiting.
 SHORT_KERNEL_NS = 20_000.0
+#: Idle gaps averaging under this are the GPU waiting for the next launch (a launch through
+#: PyTorch's dispatcher costs the host some µs); longer ones are the host busy elsewhere
+#: or waiting on the GPU (a synchronisation, data loading).
+SHORT_GAP_NS = 50_000.0
 #: Copies taking this share of the span make the program transfer-bound.
 MEMCPY_HIGH_PCT = 20.0
 #: One kernel, or one family, over this share of kernel time dominates.
@@ -88,17 +92,21 @@ def program_verdict(table: Dict[str, Any]) -> Dict[str, Any]:
     launches = sum(int(r.get("calls") or 0) for r in rows)
     kernel_ns = sum(float(r.get("total_ns") or 0.0) for r in rows)
     mean_ns = kernel_ns / launches if launches else None
+    gap_ns = _mean_gap(table)
     fams = families(rows)
     top = rows[0] if rows else None
     ev = [evidence("GPU busy share of the kernel span", busy, "%", src),
           evidence("memcpy share of the kernel span", memcpy, "%", src),
           evidence("kernel launches", float(launches), "", src),
           evidence("distinct kernels", float(len(rows)), "", src),
-          evidence("mean kernel time", mean_ns, "ns", src)]
+          evidence("mean kernel time", mean_ns, "ns", src),
+          evidence("idle gaps in the span", _num(table.get("gap_count")), "", src),
+          evidence("mean idle gap", gap_ns, "ns", src),
+          evidence("longest idle gap", _num(table.get("largest_gap_ns")), "ns", src)]
     findings: List[Dict[str, Any]] = []
     bound = "gpu"
     if busy is not None and busy < BUSY_LOW_PCT:
-        bound, finding = _not_gpu_bound(busy, memcpy, launches, mean_ns, src)
+        bound, finding = _not_gpu_bound(busy, memcpy, launches, mean_ns, gap_ns, src)
         findings.append(finding)
     elif memcpy is not None and memcpy >= MEMCPY_HIGH_PCT:
         bound = "transfer"
@@ -123,20 +131,36 @@ def program_verdict(table: Dict[str, Any]) -> Dict[str, Any]:
             "top_share_pct": _num(top.get("share_pct")) if top else None}
 
 
+def _mean_gap(table: Dict[str, Any]) -> Optional[float]:
+    """The mean idle gap inside the kernel span, where the timeline gave its gaps."""
+    gaps, span, idle = (_num(table.get("gap_count")), _num(table.get("span_ns")),
+                        _num(table.get("gpu_idle_pct")))
+    if not gaps or span is None or idle is None:
+        return None
+    return span * idle / 100.0 / gaps
+
+
 def _not_gpu_bound(busy: float, memcpy: Optional[float], launches: int,
-                   mean_ns: Optional[float], src: str) -> Tuple[str, Dict[str, Any]]:
+                   mean_ns: Optional[float], gap_ns: Optional[float], src: str
+                   ) -> Tuple[str, Dict[str, Any]]:
     idle = 100.0 - busy
     base = [evidence("GPU busy share of the kernel span", busy, "%", src)]
+    if gap_ns is not None:
+        base.append(evidence("mean idle gap", gap_ns, "ns", src))
     if memcpy is not None and memcpy >= MEMCPY_HIGH_PCT:
         return "transfer", _transfers(memcpy, src)
-    if mean_ns is not None and mean_ns < SHORT_KERNEL_NS:
+    # The gaps say it best where the timeline gave them; else short kernels suggest it.
+    short = gap_ns < SHORT_GAP_NS if gap_ns is not None else (
+        mean_ns is not None and mean_ns < SHORT_KERNEL_NS)
+    if short and mean_ns is not None:
         return "launch", {
             "code": "launch_bound", "severity": "warning",
             "title": "Launch-bound: the GPU is idle %.0f%% of the time between %d short "
                      "kernels" % (idle, launches),
-            "detail": "kernels average %.1f µs, about what the host needs to launch one; "
+            "detail": "kernels average %.1f µs%s, about what the host needs to launch one; "
                       "the GPU waits for the next launch, so no kernel tuning helps until "
-                      "it is busy" % (mean_ns / 1e3),
+                      "it is busy" % (mean_ns / 1e3, "" if gap_ns is None else
+                                      " with %.1f µs idle between them" % (gap_ns / 1e3)),
             "remedies": ["capture the steady state in a CUDA graph (torch.cuda.graphs, "
                          "torch.compile(mode=\"reduce-overhead\"))",
                          "fuse small kernels: torch.compile, or fused ops (fused optimisers, "
@@ -149,10 +173,12 @@ def _not_gpu_bound(busy: float, memcpy: Optional[float], launches: int,
         "code": "host_bound", "severity": "warning",
         "title": "Host- or sync-bound: the GPU is idle %.0f%% of the time between kernels"
                  % idle,
-        "detail": "kernels are long enough (%s on average) that launching them is not the "
-                  "cost: the host is busy elsewhere or waits on the GPU (synchronisation, "
-                  "data loading) between them; %s cannot tell which"
-                  % ("%.1f µs" % (mean_ns / 1e3) if mean_ns is not None else "?", src),
+        "detail": "%s: launching kernels is not the cost; the host is busy elsewhere or "
+                  "waits on the GPU (synchronisation, data loading) between them, and %s "
+                  "cannot tell which"
+                  % ("the GPU waits %.1f µs between kernels on average" % (gap_ns / 1e3)
+                     if gap_ns is not None else "kernels are long (%s on average)"
+                     % ("%.1f µs" % (mean_ns / 1e3) if mean_ns is not None else "?"), src),
         "remedies": ["look for host syncs in the loop (.item(), .cpu(), "
                      "torch.cuda.synchronize, printing tensors)",
                      "overlap data loading with compute (DataLoader workers, pinned memory, "
