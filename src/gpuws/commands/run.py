@@ -143,7 +143,7 @@ class Printer:
                 regs = humanfmt.DASH if ev.registers_per_thread is None \
                     else str(ev.registers_per_thread)
                 o.print(Text.assemble(
-                    "  static: ", safe(ev.kernel, limit=200),
+                    "  static: ", safe(verdicts.short(ev.kernel)),
                     f": {regs} regs/thread, {humanfmt.size(ev.shared_mem_per_block)} "
                     f"smem/block, {humanfmt.size(ev.local_mem_per_thread)} local, theoretical "
                     f"occupancy {humanfmt.pct(occ, 0)} (", safe(ev.limiter or "—"), ")"))
@@ -302,7 +302,7 @@ METRIC_LABELS: list[tuple[str, str]] = [
 
 
 def metrics_table(ev: protocol.KernelMetrics) -> Table:
-    t = Table(title=f"Tier 3 · {visible(ev.kernel, 100)} · launch {ev.launch}",
+    t = Table(title=f"Tier 3 · {visible(verdicts.short(ev.kernel))} · launch {ev.launch}",
               title_justify="left")
     t.add_column("metric")
     t.add_column("value", justify="right")

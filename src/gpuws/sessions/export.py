@@ -437,10 +437,10 @@ def _static(events: list[protocol.StaticAnalysis]) -> list[str]:
     return _table(
         ["kernel", "registers/thread", "shared mem/block", "local mem/thread", "block size",
          "theoretical occupancy", "limiter", "source"],
-        [[_code(e.kernel), opt(e.registers_per_thread), opt(e.shared_mem_per_block, "{:,} B"),
-          opt(e.local_mem_per_thread, "{:,} B"), opt(e.block_size),
-          opt(e.theoretical_occupancy_pct, "{:.1f}%"), opt(e.limiter), _esc(e.source)]
-         for e in events])
+        [[_code(verdicts.short(e.kernel)), opt(e.registers_per_thread),
+          opt(e.shared_mem_per_block, "{:,} B"), opt(e.local_mem_per_thread, "{:,} B"),
+          opt(e.block_size), opt(e.theoretical_occupancy_pct, "{:.1f}%"), opt(e.limiter),
+          _esc(e.source)] for e in events]) + _full_names([e.kernel for e in events])
 
 
 def _rules(rules: list[protocol.Rule]) -> list[str]:

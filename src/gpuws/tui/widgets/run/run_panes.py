@@ -273,7 +273,8 @@ def render_static(analyses: list[protocol.StaticAnalysis]) -> Text:
         text.append("static ", "bold")
         occ = fmt.pct(s.theoretical_occupancy_pct, 0)
         regs = "?" if s.registers_per_thread is None else str(s.registers_per_thread)
-        text.append(f"{s.kernel}: {regs} regs/thread · {fmt.size(s.shared_mem_per_block)}"
+        name = visible(verdicts.short(s.kernel))
+        text.append(f"{name}: {regs} regs/thread · {fmt.size(s.shared_mem_per_block)}"
                     f" smem/block · {fmt.size(s.local_mem_per_thread)} local/thread · block "
                     f"{s.block_size or '?'} → theoretical occupancy {occ}"
                     f" (limited by {s.limiter or '?'}) · {s.source}")
