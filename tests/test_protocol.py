@@ -116,9 +116,11 @@ def test_every_event_type_the_agent_writes_is_in_the_protocol() -> None:
     """Static half of the contract: each wire.make("TYPE", ...) names a known event."""
     tags = {cls.__struct_config__.tag for cls in protocol.Events.__args__}  # type: ignore[attr-defined]
     made: set[str] = set()
-    for path in AGENT_SRC.glob("*.py"):
+    # Every module of the agent, the tiers' and verdicts' subpackages included.
+    for path in AGENT_SRC.rglob("*.py"):
         made |= set(re.findall(r'wire\.make\(\s*"([a-z0-9_]+)"', path.read_text()))
         made |= set(re.findall(r'\.reply\([^,]+,\s*"([a-z0-9_]+)"', path.read_text()))
+    assert {"program_verdict", "kernel_verdict", "tier3_coverage"} <= made
     assert made, "no agent events found"
     assert made <= tags, f"agent writes unknown types: {made - tags}"
 
@@ -214,3 +216,39 @@ def test_probe_and_telemetry_of_every_gpu_decode_strictly() -> None:
     tel = _agent_line(wire.make("telemetry", gpus=parsed["samples"]))
     assert isinstance(tel, protocol.Telemetry) and len(tel.gpus) == 4
     assert tel.gpus[2].clock_events == ["gpu_idle"] and tel.gpus[2].mem_clock_mhz == 324.0
+
+
+def test_verdict_events_as_the_agent_writes_them_decode_strictly() -> None:
+    """The verdicts the worker emits (dicts from remote_agent/verdicts), on the recorded
+    H200 run, decode as the protocol's Structs with nothing left over or missing."""
+    from gpuws.remote_agent import wire
+    from gpuws.remote_agent.verdicts import kernel, program
+
+    run = [json.loads(line) for line in
+           (FIXTURES / "recorded" / "saxpy_h200.ndjson").read_text().splitlines()]
+    last = {e["type"]: e for e in run}
+    pv = program.program_verdict(last["kernel_table"])
+    pv["tier3_advice"] = program.tier3_advice(pv, last["kernel_table"]["kernels"], None)
+    launch = dict(last["kernel_metrics"], rules=last["rule_findings"]["rules"])
+    made = [wire.make("program_verdict", **pv),
+            wire.make("program_verdict", **program.program_verdict(
+                dict(last["kernel_table"], gpu_idle_pct=99.5, memcpy_pct=0.0,
+                     kernels=[dict(r, total_ns=58000.0) for r in last["kernel_table"]["kernels"]]
+                     ))),
+            wire.make("kernel_verdict", **kernel.kernel_verdict(launch, launch["rules"], 132)),
+            wire.make("kernel_verdict", **kernel.kernel_verdict_without_counters(
+                "saxpy", last["tier1_result"], last["static_analysis"], {"dram_bw_pct": 89.0})),
+            wire.make("tier3_coverage", **kernel.coverage(
+                last["kernel_table"], ["saxpy"], regex="sax", launch_skip=0, launch_count=1)),
+            wire.make("tier3_coverage", **kernel.coverage(
+                last["kernel_table"], [], regex="nomatch", launch_skip=3, launch_count=2))]
+    decoded = [_agent_line(e) for e in made]
+    assert [type(e).__name__ for e in decoded] == [
+        "ProgramVerdict", "ProgramVerdict", "KernelVerdict", "KernelVerdict", "Tier3Coverage",
+        "Tier3Coverage"]
+    launch_bound = decoded[1]
+    assert isinstance(launch_bound, protocol.ProgramVerdict) and launch_bound.bound == "launch"
+    assert launch_bound.findings[0].evidence[0].source == "torch.profiler"
+    for ev in decoded:
+        assert msgspec.convert(msgspec.to_builtins(ev), type(ev)) == ev
+    assert {"program_verdict", "kernel_verdict", "tier3_coverage"} <= protocol.RUN_EVENT_TYPES

@@ -510,6 +510,11 @@ class KernelTable(Event, kw_only=True, tag="kernel_table"):
     kernels: list[KernelRow]
     gpu_idle_pct: float | None = None
     memcpy_pct: float | None = None
+    #: The kernel span the shares are of, the idle gaps inside it and the longest one
+    #: (None where the timeline did not give them, or from agents before these fields).
+    span_ns: float | None = None
+    gap_count: int | None = None
+    largest_gap_ns: float | None = None
 
 
 class NcuProgress(Event, kw_only=True, tag="ncu_progress"):
@@ -595,6 +600,111 @@ class NsysPlan(Event, kw_only=True, tag="nsys_plan"):
     verified: str | None = None
 
 
+# -- verdicts (remote_agent/verdicts: pure functions, run on the pod and again on the laptop)
+class Evidence(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One number behind a verdict and the tool that measured it (``ncu``, ``CUDA
+    events``, ``torch.profiler``, ``nsys``, ``NVML GPM``, ``static analysis``)."""
+
+    name: str
+    value: float | None = None
+    unit: str = ""
+    source: str = ""
+
+
+class Finding(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One finding of a program verdict: a title, why, and what to try."""
+
+    code: str
+    severity: Literal["info", "warning", "error"] = "info"
+    title: str
+    detail: str = ""
+    remedies: list[str] = msgspec.field(default_factory=list)
+    evidence: list[Evidence] = msgspec.field(default_factory=list)
+    #: The kernel the finding is about (full name), where it is about one.
+    kernel: str | None = None
+
+
+class FamilyShare(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Kernel time of one family (GEMM, attention, normalisation, elementwise, reduction,
+    copy/memset, communication, other)."""
+
+    family: str
+    share_pct: float
+    kernels: int = 0
+    calls: int = 0
+    total_ns: float = 0.0
+
+
+class ProgramVerdict(Event, kw_only=True, tag="program_verdict"):
+    """What bounds the program, from Tier 2's kernel table; findings in order, first the
+    one that decides what to do next."""
+
+    source: str
+    #: ``gpu``, ``launch``, ``transfer`` or ``host`` (host work or synchronisation).
+    bound: str
+    summary: str
+    gpu_busy_pct: float | None = None
+    memcpy_pct: float | None = None
+    launches: int = 0
+    kernels: int = 0
+    mean_kernel_ns: float | None = None
+    families: list[FamilyShare] = msgspec.field(default_factory=list)
+    findings: list[Finding] = msgspec.field(default_factory=list)
+    evidence: list[Evidence] = msgspec.field(default_factory=list)
+    top_kernel: str | None = None
+    top_share_pct: float | None = None
+    #: Whether Tier 3's target is worth profiling, given this verdict ("" without Tier 3).
+    tier3_advice: str = ""
+
+
+class RankedRule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """An ncu rule finding that suggests a change, with the figure that speaks for it."""
+
+    rule: str
+    kind: str
+    message: str
+    est_speedup_pct: float | None = None
+    speedup_type: str | None = None
+    evidence: str = ""
+
+
+class KernelVerdict(Event, kw_only=True, tag="kernel_verdict"):
+    """What bounds one kernel, in one sentence, with its evidence and ncu's ranked rules."""
+
+    kernel: str
+    short_name: str = ""
+    launch: int | None = None
+    #: ``dram``, ``cache`` (L1/L2/shared), ``compute_tensor``, ``compute_sm``,
+    #: ``latency``, ``occupancy``, ``small_grid`` or ``unknown``.
+    bound: str
+    sentence: str
+    #: Whether hardware counters (ncu) stand behind it; False: Tier 1, GPM, static.
+    counters: bool = True
+    sources: list[str] = msgspec.field(default_factory=list)
+    evidence: list[Evidence] = msgspec.field(default_factory=list)
+    rules: list[RankedRule] = msgspec.field(default_factory=list)
+
+
+class CoverageRow(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    short_name: str = ""
+    share_pct: float = 0.0
+    #: Why Tier 3 missed it ("" for a kernel it profiled).
+    why: str = ""
+
+
+class Tier3Coverage(Event, kw_only=True, tag="tier3_coverage"):
+    """Tier 3 checked against Tier 2: which of the top kernels ncu profiled, which not."""
+
+    regex: str | None = None
+    launch_skip: int = 0
+    launch_count: int = 1
+    profiled: list[CoverageRow] = msgspec.field(default_factory=list)
+    missed: list[CoverageRow] = msgspec.field(default_factory=list)
+    #: Kernels ncu profiled that are not among Tier 2's top ones.
+    others: list[str] = msgspec.field(default_factory=list)
+
+
 class RunFinished(Event, kw_only=True, tag="run_finished"):
     status: Literal["ok", "failed", "cancelled"]
     wall_s: float
@@ -640,7 +750,8 @@ Events = (
     Hello | Pong | Error | Log | ProbeResult | NcuPlan | NsysPlan | StatResult | RunList
     | RunStarted | TierStarted | TierFinished | Output | Samples | Tier1Result | KernelTable
     | NcuProgress | KernelMetrics | RuleFindings | StaticAnalysis | Diagnosis | Artifact
-    | RunFinished | Telemetry | WorkspaceStored | WorkspaceState
+    | RunFinished | Telemetry | WorkspaceStored | WorkspaceState | ProgramVerdict
+    | KernelVerdict | Tier3Coverage
 )
 
 #: Event types that belong to a run's durable log (written to events.ndjson on the pod).
@@ -649,7 +760,7 @@ RUN_EVENT_TYPES = frozenset(
         "run_started", "tier_started", "tier_finished", "output", "samples",
         "tier1_result", "kernel_table", "ncu_progress", "kernel_metrics",
         "rule_findings", "static_analysis", "diagnosis", "artifact", "run_finished",
-        "log",
+        "log", "program_verdict", "kernel_verdict", "tier3_coverage",
     }
 )
 

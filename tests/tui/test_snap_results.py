@@ -116,3 +116,15 @@ def test_results_of_a_tier1_only_run(snap_compare: SnapCompare, snapshot_home: P
         s.end_session(sid, ended=RECORDED.T0 + 60)
     assert snap_compare(app(), terminal_size=(100, 16),
                         run_before=results(run_id, "tab-metrics"))
+
+
+def test_results_verdict_of_a_blocked_run(snap_compare: SnapCompare,
+                                          snapshot_home: Path) -> None:
+    """Counters blocked: the verdict says what it could tell without them, and from what."""
+    run_id = "20261121-101010-blocked"
+    with Store() as s:
+        sid = s.open_session("l4", "ssh+sftp", h200_probe(), 0.8, started=RECORDED.T0 - 30)
+        s.ingest_many(sid, RECORDED.blocked_run(run_id))
+        s.end_session(sid, ended=RECORDED.T0 + 60)
+    assert snap_compare(app(), terminal_size=(100, 24),
+                        run_before=results(run_id, "tab-verdict"))

@@ -48,3 +48,12 @@ def test_blocked_counters_banner(snap_compare: SnapCompare, tmp_path: Path) -> N
     app = replay_app(source)
     assert snap_compare(app, terminal_size=(100, 32), run_before=replayed("2"))
     app.store.close_blocking()
+
+
+def test_live_run_verdict_tab(snap_compare: SnapCompare) -> None:
+    """The verdicts of the recorded run (stated before verdict events existed, so derived
+    by today's logic): saxpy dominates, busy share not measured, DRAM-bound with ncu's
+    rules ranked, Tier 3 checked against Tier 2."""
+    app = replay_app(RECORDING)
+    assert snap_compare(app, terminal_size=(100, 40), run_before=replayed("5"))
+    app.store.close_blocking()

@@ -21,6 +21,7 @@ from rich.text import Text
 from .. import protocol, runspec
 from ..errors import AgentError, ConnectError, RunError, StoreError, UsageError
 from ..gpu import clocks, gpus
+from ..live import verdicts
 from ..live.boundary import SeqGate
 from ..live.engine import Engine, Notice
 from ..live.feed import Batch
@@ -136,6 +137,9 @@ class Printer:
                 self._last_progress = progress
             case protocol.KernelMetrics():
                 o.print(metrics_table(ev))
+            case protocol.ProgramVerdict() | protocol.KernelVerdict() | protocol.Tier3Coverage():
+                for line in verdict_lines(ev):
+                    o.print(line)
             case protocol.RuleFindings():
                 for r in sorted(ev.rules, key=lambda r: -(r.est_speedup_pct or 0))[:8]:
                     sp = f" (est. speedup {r.est_speedup_pct:.0f}%)" if r.est_speedup_pct else ""
@@ -146,7 +150,7 @@ class Printer:
                 regs = humanfmt.DASH if ev.registers_per_thread is None \
                     else str(ev.registers_per_thread)
                 o.print(Text.assemble(
-                    "  static: ", safe(ev.kernel, limit=200),
+                    "  static: ", safe(verdicts.short(ev.kernel)),
                     f": {regs} regs/thread, {humanfmt.size(ev.shared_mem_per_block)} "
                     f"smem/block, {humanfmt.size(ev.local_mem_per_thread)} local, theoretical "
                     f"occupancy {humanfmt.pct(occ, 0)} (", safe(ev.limiter or "—"), ")"))
@@ -241,10 +245,59 @@ def kernel_table(ev: protocol.KernelTable) -> Table:
     for col in ("kernel", "calls", "total", "mean", "share"):
         t.add_column(col, justify="left" if col == "kernel" else "right",
                      overflow="fold" if col == "kernel" else "ellipsis")
-    for k in ev.kernels[:10]:
-        t.add_row(safe(k.name, limit=120), humanfmt.num(k.calls), humanfmt.ms(k.total_ns / 1e6),
-                  humanfmt.ms(k.mean_ns / 1e6), humanfmt.pct(k.share_pct))
+    shown = verdicts.top_rows(ev.kernels)
+    for k in shown.rows:
+        # The short name (Nsight's function name); --json keeps the full one.
+        t.add_row(safe(verdicts.short(k.name)), humanfmt.num(k.calls),
+                  humanfmt.ms(k.total_ns / 1e6), humanfmt.ms(k.mean_ns / 1e6),
+                  humanfmt.pct(k.share_pct))
+    if shown.others:
+        t.add_row(Text(f"{shown.others} others", style="dim"), humanfmt.num(shown.others_calls),
+                  humanfmt.ms(shown.others_total_ns / 1e6), "",
+                  humanfmt.pct(shown.others_share_pct))
     return t
+
+
+def verdict_lines(ev: protocol.ProgramVerdict | protocol.KernelVerdict
+                  | protocol.Tier3Coverage) -> list[Text]:
+    """A verdict for people: the finding first, then its evidence and what to try."""
+    colour = {"launch": "yellow", "transfer": "yellow", "host": "yellow"}
+    out: list[Text] = []
+    if isinstance(ev, protocol.ProgramVerdict):
+        for i, f in enumerate(ev.findings):
+            style = "yellow bold" if f.severity != "info" else ("bold" if i == 0 else "")
+            out.append(Text.assemble(("★ " if i == 0 else "  ", colour.get(ev.bound, "green")),
+                                     safe(f.title, style)))
+            if f.detail:
+                out.append(Text.assemble("    ", safe(f.detail, "dim")))
+            if f.evidence:
+                out.append(Text.assemble("    evidence: ", safe("; ".join(
+                    verdicts.evidence_text(e) for e in f.evidence))))
+            for remedy in f.remedies:
+                out.append(Text.assemble("    → ", safe(remedy)))
+        if ev.families:
+            out.append(Text.assemble("  families: ", safe(", ".join(
+                f"{fam.family} {humanfmt.pct(fam.share_pct, 0)}" for fam in ev.families))))
+        if ev.tier3_advice:
+            out.append(Text.assemble("  ", safe(ev.tier3_advice, "cyan")))
+    elif isinstance(ev, protocol.KernelVerdict):
+        out.append(Text.assemble(("★ ", "green"), safe(ev.short_name or ev.kernel, "bold"),
+                                 ": ", safe(ev.sentence)))
+        for r in ev.rules[:5]:
+            sp = f" (est. speedup {humanfmt.pct(r.est_speedup_pct, 0)})" \
+                if r.est_speedup_pct is not None else ""
+            out.append(Text.assemble("  ", safe(r.rule, "magenta"), sp,
+                                     " — " if r.evidence else "", safe(r.evidence, "dim"), ": ",
+                                     safe(r.message, limit=300)))
+    else:
+        if ev.profiled or ev.missed:
+            out.append(Text.assemble("  Tier 3 profiled ", safe(", ".join(
+                f"{r.short_name or r.name} ({humanfmt.pct(r.share_pct, 0)})"
+                for r in ev.profiled) or "none of Tier 2's top kernels")))
+        for row in ev.missed:
+            out.append(Text.assemble("  missed ", safe(row.short_name or row.name, "yellow"),
+                                     f" ({humanfmt.pct(row.share_pct, 0)}): ", safe(row.why)))
+    return out
 
 
 #: The Tier-3 metrics the CLI prints, in order; humanfmt.metric formats each by its key.
@@ -265,7 +318,7 @@ METRIC_LABELS: list[tuple[str, str]] = [
 
 
 def metrics_table(ev: protocol.KernelMetrics) -> Table:
-    t = Table(title=f"Tier 3 · {visible(ev.kernel, 100)} · launch {ev.launch}",
+    t = Table(title=f"Tier 3 · {visible(verdicts.short(ev.kernel))} · launch {ev.launch}",
               title_justify="left")
     t.add_column("metric")
     t.add_column("value", justify="right")

@@ -30,7 +30,7 @@ import posixpath
 import re
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -208,6 +208,8 @@ class Boundary:
                 run.run_dir = run.run_dir or ev.run_dir
             elif isinstance(ev, protocol.Artifact):
                 _check_artifact(ev, run.run_dir)
+            elif isinstance(ev, VERDICTS):
+                check_verdict(ev)
         except Refused as why:
             message = f"run {run_id} seq {seq}: {type(ev).__name__} refused: {why.message}"
             self._refuse(why.kind, message)
@@ -324,6 +326,59 @@ def _check_artifact(ev: protocol.Artifact, run_dir: str | None) -> None:
     if ev.path != expected:
         raise Refused("artifact", f"artifact {ev.name}: its pod path "
                                   f"{visible(ev.path, 200)!s} is not {expected}")
+
+
+#: Verdict events and their bounds: a verdict is a few sentences about a handful of kernels;
+#: anything far larger is not one (the generic bounds above would let 256 KiB strings and
+#: a million findings through to every pane and export).
+VERDICTS = (protocol.ProgramVerdict, protocol.KernelVerdict, protocol.Tier3Coverage)
+MAX_VERDICT_TEXT = 4000
+MAX_VERDICT_ITEMS = 64
+#: A kernel's full demangled name may run to a few thousand characters (CUTLASS).
+MAX_VERDICT_NAME = 16 * 1024
+
+
+def check_verdict(ev: protocol.ProgramVerdict | protocol.KernelVerdict
+                  | protocol.Tier3Coverage) -> None:
+    """Raise Refused when a verdict event is larger than any real verdict."""
+    names: list[str | None] = []
+    texts: list[str] = []
+    lists: list[Sequence[object]] = []
+    if isinstance(ev, protocol.ProgramVerdict):
+        texts += [ev.source, ev.bound, ev.summary, ev.tier3_advice]
+        names.append(ev.top_kernel)
+        lists += [ev.families, ev.findings, ev.evidence]
+        for f in ev.findings:
+            texts += [f.code, f.title, f.detail, *f.remedies]
+            names.append(f.kernel)
+            lists += [f.remedies, f.evidence]
+            texts += [x for e in f.evidence for x in (e.name, e.unit, e.source)]
+        texts += [fam.family for fam in ev.families]
+        texts += [x for e in ev.evidence for x in (e.name, e.unit, e.source)]
+    elif isinstance(ev, protocol.KernelVerdict):
+        names.append(ev.kernel)
+        texts += [ev.short_name, ev.bound, ev.sentence, *ev.sources]
+        lists += [ev.sources, ev.evidence, ev.rules]
+        texts += [x for e in ev.evidence for x in (e.name, e.unit, e.source)]
+        texts += [x for r in ev.rules for x in (r.rule, r.kind, r.message, r.evidence,
+                                                r.speedup_type or "")]
+    else:
+        texts.append(ev.regex or "")
+        lists += [ev.profiled, ev.missed, ev.others]
+        names += [r.name for r in (*ev.profiled, *ev.missed)] + list(ev.others)
+        texts += [x for r in (*ev.profiled, *ev.missed) for x in (r.short_name, r.why)]
+    for items in lists:
+        if len(items) > MAX_VERDICT_ITEMS:
+            raise Refused("bounds", f"{type(ev).__name__} with a list of {len(items)} items "
+                                    f"(limit {MAX_VERDICT_ITEMS})")
+    for t in texts:
+        if len(t) > MAX_VERDICT_TEXT:
+            raise Refused("bounds", f"{type(ev).__name__} with a text of {len(t)} characters "
+                                    f"(limit {MAX_VERDICT_TEXT})")
+    for n in names:
+        if n is not None and len(n) > MAX_VERDICT_NAME:
+            raise Refused("bounds", f"{type(ev).__name__} with a kernel name of {len(n)} "
+                                    f"characters (limit {MAX_VERDICT_NAME})")
 
 
 #: The answers a command may check (constrained, so each keeps its own type).

@@ -21,7 +21,8 @@ Part = str
 #: What each tier is called before it names itself.
 TIER_NAMES = {0: "workload", 1: "CUDA events", 2: "kernel timeline", 3: "Nsight Compute"}
 PARTS: tuple[Part, ...] = ("header", "tiers", "samples", "tier1", "kernels", "ncu", "metrics",
-                           "rules", "static", "diagnoses", "log", "artifacts", "finished")
+                           "rules", "static", "diagnoses", "log", "artifacts", "finished",
+                           "verdict")
 
 
 @dataclass
@@ -159,6 +160,10 @@ class RunModel:
     diagnoses: list[protocol.Diagnosis] = field(default_factory=list)
     artifacts: list[protocol.Artifact] = field(default_factory=list)
     finished: protocol.RunFinished | None = None
+    #: The verdicts as the pod stated them (:mod:`.verdicts` derives today's from the rest).
+    program_verdict: protocol.ProgramVerdict | None = None
+    kernel_verdicts: list[protocol.KernelVerdict] = field(default_factory=list)
+    coverage: protocol.Tier3Coverage | None = None
     event_count: int = 0
     #: Stored samples that are no time a call takes (1e308 ms, negative, NaN), left out of
     #: every figure: an older gpuws stored them before the boundary refused them.
@@ -253,6 +258,16 @@ class RunModel:
         if isinstance(ev, protocol.Diagnosis):
             self.diagnoses.append(ev)
             return "diagnoses"
+        if isinstance(ev, protocol.ProgramVerdict):
+            self.program_verdict = ev
+            return "verdict"
+        if isinstance(ev, protocol.KernelVerdict):
+            self.kernel_verdicts = [k for k in self.kernel_verdicts
+                                    if k.kernel != ev.kernel] + [ev]
+            return "verdict"
+        if isinstance(ev, protocol.Tier3Coverage):
+            self.coverage = ev
+            return "verdict"
         if isinstance(ev, protocol.Artifact):
             self.artifacts = [a for a in self.artifacts if a.name != ev.name] + [ev]
             return "artifacts"

@@ -22,6 +22,7 @@ from typing import Any
 from gpuws import __version__, protocol
 from gpuws.errors import StoreError
 from gpuws.gpu import clocks, gpus
+from gpuws.live import verdicts
 from gpuws.sessions.compare import Comparison, compare_runs, gpu_rows, run_gpu
 from gpuws.sessions.cost import Economics, economics
 from gpuws.sessions.fleet import cells, columns, failure_lines, fleet_comparison, notes
@@ -231,6 +232,13 @@ def _run_section(store: Store, run: RunRow) -> list[str]:
     out += _run_gpu(store, run)
     out += _run_code(store.code(run.run_id))
 
+    # Today's verdicts over the stored events (an old session gets today's logic), first.
+    found = verdicts.derive(verdicts.inputs_from_events(
+        store.run_events(run.run_id, verdicts.INPUT_TYPES)))
+    if found:
+        out += ["### Verdict", ""]
+        out += _verdicts(found)
+        out.append("")
     events = store.run_events(run.run_id, _REPORT_TYPES)
     started = [e for e in events if isinstance(e, protocol.TierStarted)]
     finished = {e.tier: e for e in events if isinstance(e, protocol.TierFinished)}
@@ -365,10 +373,58 @@ def _of_peak(pct: float | None, peak: float | None, unit: str, source: str | Non
     return f" ({pct:.1f}% of {peak:,.0f} {unit}" + (f", {source} peak)" if source else ")")
 
 
+def _verdicts(v: verdicts.Verdicts) -> list[str]:
+    """The program's bound and findings, each kernel's bound, and what Tier 3 missed."""
+    out: list[str] = []
+    if v.program is not None:
+        p = v.program
+        for i, f in enumerate(p.findings):
+            out.append(f"{'**' + _esc(f.title) + '**' if i == 0 else _esc(f.title)}"
+                       + (f": {_esc(f.detail)}" if f.detail else "") + "  ")
+            if f.evidence:
+                out.append("Evidence: " + _esc("; ".join(
+                    verdicts.evidence_text(e) for e in f.evidence)) + ".")
+            out += [f"- Try: {_esc(r)}" for r in f.remedies]
+            out.append("")
+        if p.families:
+            out += _table(["kernel family", "share of kernel time", "kernels", "launches"],
+                          [[_esc(fam.family), f"{fam.share_pct:.1f}%", f"{fam.kernels:,}",
+                            f"{fam.calls:,}"] for fam in p.families])
+            out += ["", f"Kernel times from {_esc(p.source)}."]
+        if p.tier3_advice:
+            out += ["", _esc(p.tier3_advice) + "."]
+    for k in v.kernels:
+        out += ["", f"**{_code(k.short_name or k.kernel, cell=False)}**: {_esc(k.sentence)}."]
+        if k.evidence:
+            out.append("Evidence: " + _esc("; ".join(
+                verdicts.evidence_text(e) for e in k.evidence if e.value is not None)) + ".")
+        if k.rules:
+            # Ranked with the figure beside each; the findings' words are under "Rule
+            # findings" below, once.
+            out += ["", *_table(["ncu rule", "est. speedup", "evidence"], [
+                [_esc(r.rule), "—" if r.est_speedup_pct is None else
+                 f"{r.est_speedup_pct:.1f}%", _esc(r.evidence) or "—"] for r in k.rules])]
+    if v.coverage is not None and (v.coverage.profiled or v.coverage.missed):
+        c = v.coverage
+        out += ["", "Tier 3 against Tier 2: profiled " + (", ".join(
+            f"{_code(r.short_name or r.name, cell=False)} ({r.share_pct:.1f}%)"
+            for r in c.profiled) or "none of Tier 2's top kernels") + "."]
+        out += [f"- missed {_code(r.short_name or r.name, cell=False)} ({r.share_pct:.1f}%): "
+                f"{_esc(r.why)}" for r in c.missed]
+    while out and not out[0]:
+        out.pop(0)
+    return out
+
+
 def _kernel_table(t: protocol.KernelTable) -> list[str]:
-    rows = [[str(i), _code(k.name), f"{k.calls:,}", _ms(k.total_ns / 1e6), _ms(k.mean_ns / 1e6),
-             f"{k.share_pct:.1f}%"] for i, k in enumerate(t.kernels, 1)]
+    shown = verdicts.top_rows(t.kernels)
+    rows = [[str(i), _code(verdicts.short(k.name)), f"{k.calls:,}", _ms(k.total_ns / 1e6),
+             _ms(k.mean_ns / 1e6), f"{k.share_pct:.1f}%"] for i, k in enumerate(shown.rows, 1)]
+    if shown.others:
+        rows.append(["", f"{shown.others:,} others", f"{shown.others_calls:,}",
+                     _ms(shown.others_total_ns / 1e6), "", f"{shown.others_share_pct:.1f}%"])
     out = _table(["#", "kernel", "calls", "total", "mean", "share"], rows)
+    out += _full_names([k.name for k in t.kernels])
     extra = []
     if t.gpu_idle_pct is not None:
         extra.append(f"GPU idle {t.gpu_idle_pct:.1f}% of the kernel span")
@@ -379,11 +435,22 @@ def _kernel_table(t: protocol.KernelTable) -> list[str]:
     return out
 
 
+def _full_names(names: Sequence[str]) -> list[str]:
+    """The full demangled names behind short ones, folded away (``<details>``); only where
+    some name was shortened. Each name is inert in a code span."""
+    longer = [n for n in dict.fromkeys(names) if verdicts.short(n) != n]
+    if not longer:
+        return []
+    out = ["", "<details><summary>Full kernel names</summary>", ""]
+    out += [f"- {_code(verdicts.short(n), cell=False)}: {_code(n, cell=False)}" for n in longer]
+    return [*out, "", "</details>"]
+
+
 def _metrics(rows: list[KernelMetricsRow]) -> list[str]:
     keys: list[str] = []
     for r in rows:
         keys += [k for k in r.metrics if k not in keys]
-    header = ["metric"] + [f"{_code(r.kernel)} #{r.launch}" for r in rows]
+    header = ["metric"] + [f"{_code(verdicts.short(r.kernel))} #{r.launch}" for r in rows]
     body = [[_label(k)] + [_metric(k, r.metrics.get(k)) for r in rows] for k in keys]
     body.append(["top stalls"] + [
         _esc(", ".join(f"{s.reason} {s.pct:.1f}%" for s in r.stalls)) or "—" for r in rows])
@@ -397,10 +464,10 @@ def _static(events: list[protocol.StaticAnalysis]) -> list[str]:
     return _table(
         ["kernel", "registers/thread", "shared mem/block", "local mem/thread", "block size",
          "theoretical occupancy", "limiter", "source"],
-        [[_code(e.kernel), opt(e.registers_per_thread), opt(e.shared_mem_per_block, "{:,} B"),
-          opt(e.local_mem_per_thread, "{:,} B"), opt(e.block_size),
-          opt(e.theoretical_occupancy_pct, "{:.1f}%"), opt(e.limiter), _esc(e.source)]
-         for e in events])
+        [[_code(verdicts.short(e.kernel)), opt(e.registers_per_thread),
+          opt(e.shared_mem_per_block, "{:,} B"), opt(e.local_mem_per_thread, "{:,} B"),
+          opt(e.block_size), opt(e.theoretical_occupancy_pct, "{:.1f}%"), opt(e.limiter),
+          _esc(e.source)] for e in events]) + _full_names([e.kernel for e in events])
 
 
 def _rules(rules: list[protocol.Rule]) -> list[str]:
@@ -408,7 +475,7 @@ def _rules(rules: list[protocol.Rule]) -> list[str]:
     ordered = sorted(rules, key=lambda r: (r.est_speedup_pct is None, -(r.est_speedup_pct or 0)))
     return _table(
         ["kernel", "rule", "type", "est. speedup", "finding"],
-        [[_code(r.kernel), _esc(r.rule), _esc(r.kind),
+        [[_code(verdicts.short(r.kernel)), _esc(r.rule), _esc(r.kind),
           "—" if r.est_speedup_pct is None else
           f"{r.est_speedup_pct:.1f}%" + (f" ({_esc(r.speedup_type)})" if r.speedup_type else ""),
           _esc(r.message)] for r in ordered])

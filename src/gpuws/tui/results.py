@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from .. import protocol
 from ..errors import GpuwsError
+from ..live.verdicts import INPUT_TYPES, Verdicts, derive, inputs_from_events
 from ..sessions.compare import Comparison, compare_runs
 from ..sessions.runlist import why_failed
 from ..sessions.store import KernelMetricsRow, RunRow, Store
@@ -30,6 +31,7 @@ class RunResults:
             everything it was asked for ran).
         tiers: how each tier that finished ended, by tier number.
         code: the workspace code the run measured (None: no workspace).
+        verdicts: what bounds the program and its kernels, by today's logic.
     """
 
     run: RunRow
@@ -44,6 +46,7 @@ class RunResults:
     failure: str = ""
     tiers: dict[int, protocol.TierFinished] = field(default_factory=dict)
     code: CodeRecord | None = None
+    verdicts: Verdicts = field(default_factory=Verdicts)
 
     def metrics_note(self) -> str:
         """Why there are no Tier-3 metrics to show (empty when there are some)."""
@@ -95,4 +98,6 @@ def load_results(store: Store, run_id: str) -> RunResults:
                       static=static, diagnoses=store.diagnoses(run.run_id),
                       comparison=comparison, baseline_note=note,
                       failure=why_failed(store, run.run_id), tiers=tiers,
-                      code=store.code(run.run_id))
+                      code=store.code(run.run_id),
+                      verdicts=derive(inputs_from_events(
+                          store.run_events(run.run_id, INPUT_TYPES))))

@@ -153,3 +153,91 @@ def test_every_diagnosis_decodes_strictly(ctx: RunContext, tmp_path: Path) -> No
     for ev in events(ctx):
         assert msgspec.convert(msgspec.to_builtins(ev), type(ev)) == ev
     assert os.path.exists(Path(ctx.run_dir) / "events.ndjson")
+
+
+# ----------------------------------------------------------------------------- verdicts
+RECORDED_RUN = FIXTURES.parent / "recorded" / "saxpy_h200.ndjson"
+
+
+def serving_ncu(path: Path) -> str:
+    """An ncu that 'profiles' by copying the report recorded on the H200 (saxpy, the
+    default sections) to the report path it is given. Stand-in: the machine has no GPU;
+    the tier logic, reading that real report through ncu_report, and the verdicts around
+    it are the real code."""
+    report = FIXTURES.parent / "recorded" / "saxpy_h200.ncu-rep"
+    path.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do if [ "$prev" = "-o" ]; then '
+        f'cp {report} "$a.ncu-rep"; fi; prev="$a"; done\n'
+        'echo "==PROF== Disconnected from process 1"\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_tier3_states_a_kernel_verdict_and_checks_itself_against_tier2(
+        ctx: RunContext, tmp_path: Path) -> None:
+    # Tier 2's table of the recorded run, with the real cuDNN attention kernel beside it
+    # (from the torch.profiler capture) so that one is missed.
+    table = [{"name": "saxpy", "calls": 10, "total_ns": 1836964.0, "mean_ns": 183696.4,
+              "share_pct": 88.0},
+             {"name": "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wg...", "calls": 5,
+              "total_ns": 234433.0, "mean_ns": 46886.6, "share_pct": 12.0}]
+    assert not tiers.tier3(ctx, FakePod([serving_ncu(tmp_path / "ncu")]), ["/bin/true"],
+                           table, "saxpy", python=False)
+    evs = events(ctx)
+    verdict = next(e for e in evs if isinstance(e, protocol.KernelVerdict))
+    assert verdict.kernel == "saxpy" and verdict.bound == "dram" and verdict.counters
+    assert verdict.rules[0].rule == "CPIStall"
+    assert verdict.rules[0].evidence == "top stall long_scoreboard 86.2% (ncu)"
+    cov = next(e for e in evs if isinstance(e, protocol.Tier3Coverage))
+    assert [r.name for r in cov.profiled] == ["saxpy"]
+    assert cov.missed[0].short_name.startswith("cudnn_generated")
+    assert cov.missed[0].why == "not matched by the filter regex:saxpy"
+    kinds = [type(e).__name__ for e in evs]
+    assert kinds.index("RuleFindings") < kinds.index("KernelVerdict") < kinds.index(
+        "Tier3Coverage") < kinds.index("TierFinished")
+
+
+def test_blocked_counters_still_give_a_verdict_from_tier1_and_static(
+        ctx: RunContext, tmp_path: Path) -> None:
+    # What the Tier 1 child of the recorded H200 run wrote, through the worker's log.
+    for line in RECORDED_RUN.read_text().splitlines():
+        event = json.loads(line)
+        if event["type"] in ("tier1_result", "static_analysis"):
+            ctx.emit({k: v for k, v in event.items() if k not in ("run_id", "seq")})
+    ctx.emit({"type": "output", "stream": "stdout", "text": '{"type":"tier1_result"'})
+    assert tiers.tier3(ctx, FakePod([fake_ncu(tmp_path / "ncu", PERM, 1)]), ["/bin/true"],
+                       None, "saxpy", python=False)
+    from gpuws.remote_agent.measure import findings
+
+    findings.without_counters(ctx, "saxpy")
+    verdict = [e for e in events(ctx) if isinstance(e, protocol.KernelVerdict)][-1]
+    assert verdict.counters is False and verdict.bound == "dram"
+    assert verdict.sources == ["CUDA events", "static analysis"]
+    assert {e.source for e in verdict.evidence} == {"CUDA events", "static analysis"}
+
+
+def test_tier2_states_the_program_verdict_before_tier3(ctx: RunContext) -> None:
+    rows = [{"name": "saxpy", "calls": 10, "total_ns": 1836964.0, "mean_ns": 183696.4,
+             "share_pct": 100.0}]
+    ctx.spec["tiers"] = [2, 3]
+    tiers.finish_tier2(ctx, 0.0, rows, "torch.profiler", [], {"gpu_idle_pct": None,
+                                                              "memcpy_pct": None})
+    evs = events(ctx)
+    assert [type(e).__name__ for e in evs] == ["KernelTable", "TierFinished", "ProgramVerdict"]
+    verdict = evs[-1]
+    assert isinstance(verdict, protocol.ProgramVerdict)
+    assert verdict.findings[0].code == "dominant_kernel"
+    assert verdict.tier3_advice.startswith("Tier 3 profiles saxpy: 100% of kernel time")
+
+
+def test_a_verdict_that_cannot_be_stated_never_stops_the_run(ctx: RunContext) -> None:
+    # A row no parser of ours writes (a share that is not a number): the table and the end
+    # of Tier 2 are recorded, the verdict's failure is one warning, and the call returns.
+    rows = [{"name": "k", "calls": 1, "total_ns": 1.0, "mean_ns": 1.0, "share_pct": "lots"}]
+    assert tiers.finish_tier2(ctx, 0.0, rows, "nsys", []) == rows
+    # Read as JSON: the laptop would refuse that table, which is not what is tested here.
+    evs = [json.loads(line) for line in
+           (Path(ctx.run_dir) / "events.ndjson").read_text().splitlines()]
+    assert [e["type"] for e in evs] == ["kernel_table", "tier_finished", "log"]
+    assert evs[-1]["message"].startswith("the program verdict was not stated: ValueError")

@@ -463,12 +463,16 @@ def parse_torch_trace(trace: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def merge_timelines(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The idle and memcpy shares of several processes' timelines (spans summed)."""
-    span = idle = memcpy = 0
+    """The idle and memcpy shares of several processes' timelines (spans and gaps summed,
+    the longest gap kept)."""
+    span = idle = memcpy = gaps = longest = 0
     for part in parts:
         span += int(part.get("span_ns") or 0)
         idle += int(part.get("idle_ns") or 0)
         memcpy += int(part.get("memcpy_ns") or 0)
-    return {"span_ns": span, "idle_ns": idle, "memcpy_ns": memcpy,
+        gaps += int(part.get("gap_count") or 0)
+        longest = max(longest, int(part.get("largest_gap_ns") or 0))
+    return {"span_ns": span, "idle_ns": idle, "memcpy_ns": memcpy, "gap_count": gaps,
+            "largest_gap_ns": longest,
             "gpu_idle_pct": 100.0 * idle / span if span > 0 else None,
             "memcpy_pct": 100.0 * memcpy / span if span > 0 else None}

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .. import procs, runs, wire
 from ..pod import clocks, gpusel, pythons
-from . import torch_profile
+from . import findings, torch_profile
 
 if TYPE_CHECKING:
     from ..worker import RunContext
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 NCU_METRICS = ["duration_ns", "sm_throughput_pct", "memory_throughput_pct",
                "dram_throughput_pct", "achieved_occupancy_pct", "l1_hit_pct", "l2_hit_pct",
                "tensor_pipe_active_pct", "warp stall reasons", "flops", "dram_bytes"]
+#: What Tier 2's timeline adds to its kernel table (``protocol.KernelTable``).
+TIMELINE_KEYS = ("gpu_idle_pct", "memcpy_pct", "span_ns", "gap_count", "largest_gap_ns")
 COUNTER_REMEDIES = [
     "on the host: options nvidia NVreg_RestrictProfilingToAdminUsers=0 in "
     "/etc/modprobe.d/, then reboot (or reload the nvidia module)",
@@ -293,12 +295,14 @@ def run_python(ctx: "RunContext", ref: Any, pod: Pod) -> None:
     if procs.CANCELLED["flag"]:
         return
     target = child_argv(ctx, "exec", iters)
-    table = tier2(ctx, pod, target, python=True, torch_argv=child_argv(ctx, "torchprof", iters)) \
-        if 2 in tiers else None
+    table = tier2(ctx, pod, target, python=True, torch_argv=child_argv(ctx, "torchprof", iters),
+                  regex=regex) if 2 in tiers else None
     if 3 in tiers and not procs.CANCELLED["flag"]:
         fell_back = tier3(ctx, pod, target, table, regex, python=True)
         if fell_back and not static_done:
             run_child(ctx, "static", tier=3)
+        if fell_back:
+            findings.without_counters(ctx, regex or (str(table[0]["name"]) if table else None))
 
 
 def declared_regex(ref: Any) -> Optional[str]:
@@ -367,7 +371,8 @@ def tier1(ctx: "RunContext") -> None:
 # ----------------------------------------------------------------------------- tier 2
 def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
           torch_argv: Optional[List[str]] = None, inject: bool = False,
-          recorded: Optional[str] = None) -> Optional[List[Dict[str, Any]]]:
+          recorded: Optional[str] = None, regex: Optional[str] = None
+          ) -> Optional[List[Dict[str, Any]]]:
     """Which kernels matter: returns the ranked kernel rows (or None).
 
     In order: nsys when a working one exists; else torch.profiler, with the GPU idle and
@@ -390,7 +395,7 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
         ran = True
         found = tier2_nsys(ctx, pod, nsys, target, python, tried)
         if found is not None:
-            return finish_tier2(ctx, t0, found[0], "nsys", tried, found[1])
+            return finish_tier2(ctx, t0, found[0], "nsys", tried, found[1], regex)
     else:
         tried.append(pod.nsys_passed_over(ctx.spec.get("workload"))
                      or "nsys: not installed on the pod")
@@ -399,7 +404,7 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
         found = tier2_torch(ctx, torch_argv, False, tried)
         if found is not None:
             return finish_tier2(ctx, t0, found[0], torch_profile.source_label(False), tried,
-                                found[1])
+                                found[1], regex)
     elif python:
         tried.append("torch.profiler: torch is not installed")
     elif inject and not procs.CANCELLED["flag"]:
@@ -408,14 +413,15 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
             else tier2_torch(ctx, target, True, tried)
         if found is not None:
             return finish_tier2(ctx, t0, found[0], torch_profile.source_label(True), tried,
-                                found[1])
+                                found[1], regex)
     if not procs.CANCELLED["flag"]:
         sel = pod.select_ncu([])
         if sel.get("selected") and pod.counters.get("verdict") != "blocked":
             ran = True
             rows = tier2_ncu(ctx, str(sel["selected"]), target, python, tried)
             if rows is not None:
-                return finish_tier2(ctx, t0, rows, "ncu gpu__time_duration", tried)
+                return finish_tier2(ctx, t0, rows, "ncu gpu__time_duration", tried,
+                                    regex=regex)
         else:
             tried.append("ncu: " + ("counters are blocked" if sel.get("selected")
                                     else "no compatible ncu"))
@@ -431,8 +437,10 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
 
 
 def finish_tier2(ctx: "RunContext", t0: float, rows: List[Dict[str, Any]], source: str,
-                 tried: List[str], extra: Optional[Dict[str, Any]] = None
-                 ) -> List[Dict[str, Any]]:
+                 tried: List[str], extra: Optional[Dict[str, Any]] = None,
+                 regex: Optional[str] = None) -> List[Dict[str, Any]]:
+    """Emit the kernel table, the end of Tier 2, and the program verdict (before Tier 3
+    chooses its target, so it can say whether that target is worth profiling)."""
     event = wire.make("kernel_table", source=source, kernels=rows)
     event.update(extra or {})
     ctx.emit(event)
@@ -440,6 +448,7 @@ def finish_tier2(ctx: "RunContext", t0: float, rows: List[Dict[str, Any]], sourc
     ctx.emit(wire.make("tier_finished", tier=2, status="ok" if not tried else "fallback",
                        wall_s=time.time() - t0, gpu_s=gpu_s, source=source,
                        reason="; ".join(tried)))
+    findings.after_tier2(ctx, event, regex, 3 in tiers_of(ctx))
     return rows
 
 
@@ -477,8 +486,7 @@ def torch_table(ctx: "RunContext", out: str, inject: bool, tried: List[str]
             "no Python process imported torch" if not got["processes"] and inject
             else "; ".join(got["problems"][:2]) or "no GPU activity"))
         return None
-    return got["kernels"], {"gpu_idle_pct": got["gpu_idle_pct"],
-                            "memcpy_pct": got["memcpy_pct"]}
+    return got["kernels"], {k: got.get(k) for k in TIMELINE_KEYS}
 
 
 def tier2_recorded(ctx: "RunContext", out: str, tried: List[str]
@@ -538,7 +546,7 @@ def tier2_nsys(ctx: "RunContext", pod: Pod, nsys: str, target: List[str], python
             if os.path.exists(sqlite):
                 try:
                     tl = parse_nsys_sqlite(sqlite)
-                    extra = {k: tl.get(k) for k in ("gpu_idle_pct", "memcpy_pct")}
+                    extra = {k: tl.get(k) for k in TIMELINE_KEYS}
                 except (ValueError, OSError):
                     pass
             ctx.announce_artifacts()
@@ -724,6 +732,8 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
         ctx.emit(kernel_metrics_event(launch))
     if launches:
         ctx.emit(rule_findings_event(launches))
+        findings.after_tier3(ctx, launches, table, regex,
+                             findings.sm_count_of(pod.facts, run_gpu_index(ctx)))
     ctx.announce_artifacts()
     passes = sum(int(p.get("passes") or 0) for p in parser.profiled)
     kernel_ns = sum(float(x["metrics"].get("duration_ns") or 0) for x in launches)

@@ -128,6 +128,10 @@ def read_results(out: str, max_bytes: int = MAX_READ_BYTES) -> Dict[str, Any]:
     rows = trace_rows if trace_rows and (cut or not table_rows) else table_rows
     return {"kernels": rank_kernels(rows),
             "gpu_idle_pct": shares["gpu_idle_pct"], "memcpy_pct": shares["memcpy_pct"],
+            # No trace, no timeline: None, not a span of 0 with no gaps.
+            "span_ns": shares["span_ns"] or None,
+            "gap_count": shares["gap_count"] if shares["span_ns"] else None,
+            "largest_gap_ns": shares["largest_gap_ns"] if shares["span_ns"] else None,
             "processes": len(pids), "problems": problems}
 
 

@@ -25,6 +25,7 @@ from ..widgets.run.metrics_table import MetricsTable
 from ..widgets.run.roofline import Roofline, ceilings_from, points_from
 from ..widgets.run.rules import RuleList
 from ..widgets.run.run_panes import render_static
+from ..widgets.run.verdict import VerdictView
 
 if TYPE_CHECKING:
     from ..app import GpuwsApp
@@ -77,6 +78,8 @@ class ResultsScreen(Screen[None]):
                 yield Roofline(id="roofline")
             with TabPane("Compare", id="tab-compare"), VerticalScroll():
                 yield Static(id="compare")
+            with TabPane("Verdict", id="tab-verdict"), VerticalScroll():
+                yield VerdictView(id="verdict")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -96,6 +99,7 @@ class ResultsScreen(Screen[None]):
         self.query_one("#metrics-note").display = bool(note)
         self.query_one(MetricsTable).display = not note
         self.query_one(RuleList).show(r.rules)
+        self.query_one(VerdictView).show(r.verdicts)
         box = self.query_one("#diagnoses", VerticalScroll)
         box.remove_children()
         box.mount_all(DiagnosisBanner(d) for d in r.diagnoses)

@@ -22,7 +22,7 @@ from ..widgets.run.run_panes import RunPanes
 if TYPE_CHECKING:
     from ..app import GpuwsApp
 
-_TABS = ("tab-timing", "tab-kernels", "tab-metrics", "tab-findings")
+_TABS = ("tab-timing", "tab-kernels", "tab-metrics", "tab-findings", "tab-verdict")
 
 
 class RunScreen(Screen[None]):
@@ -51,6 +51,7 @@ class RunScreen(Screen[None]):
         Binding("2", "tab(1)", "Kernels", show=False),
         Binding("3", "tab(2)", "Metrics", show=False),
         Binding("4", "tab(3)", "Findings", show=False),
+        Binding("5", "tab(4)", "Verdict", show=False),
         Binding("question_mark", "app.help", "Help"),
         Binding("q", "app.quit", "Quit", show=False),
     ]

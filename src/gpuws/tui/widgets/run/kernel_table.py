@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from .... import protocol
+from ....live import verdicts
 from ....text.textsafe import visible
 from ... import fmt
 
@@ -24,17 +25,35 @@ class KernelTablePane(DataTable[str | Text]):
         for col in ("calls", "total", "mean", "share"):
             self.add_column(col, key=col)
 
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        #: The full demangled name behind each row's short one (``full_name``).
+        self._full: dict[str, str] = {}
+
     def show(self, table: protocol.KernelTable | None) -> None:
-        """Replace the rows with this table's."""
+        """Replace the rows with this table's: short names, the top rows, one "others"."""
         self.clear()
+        self._full = {}
         if table is None:
             return
-        for i, k in enumerate(table.kernels):
-            self.add_row(Text(visible(k.name), overflow="ellipsis", no_wrap=True),
+        shown = verdicts.top_rows(table.kernels)
+        for i, k in enumerate(shown.rows):
+            self._full[str(i)] = k.name
+            self.add_row(Text(visible(verdicts.short(k.name)), overflow="ellipsis",
+                              no_wrap=True),
                          Text(fmt.num(k.calls), justify="right"),
                          Text(fmt.ms(k.total_ns / 1e6), justify="right"),
                          Text(fmt.ms(k.mean_ns / 1e6), justify="right"),
                          Text(fmt.pct(k.share_pct), justify="right"), key=str(i))
+        if shown.others:
+            self.add_row(Text(f"{shown.others} others", "dim"),
+                         Text(fmt.num(shown.others_calls), justify="right"),
+                         Text(fmt.ms(shown.others_total_ns / 1e6), justify="right"), Text(""),
+                         Text(fmt.pct(shown.others_share_pct), justify="right"), key="others")
+
+    def full_name(self, key: str | None) -> str | None:
+        """The full demangled name of the row with ``key`` (None for "others" or none)."""
+        return self._full.get(key or "")
 
 
 def kernel_table_caption(table: protocol.KernelTable | None, empty: str | None = None) -> str:

@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from .... import protocol
+from ....live import verdicts
 from ....text.textsafe import visible
 from ... import fmt
 
@@ -66,7 +67,8 @@ class MetricsTable(DataTable[str | Text]):
             return
         self.add_column("metric", key="metric")
         for i, launch in enumerate(launches):
-            name = launch.kernel if len(launch.kernel) <= 28 else launch.kernel[:27] + "…"
+            short = verdicts.short(launch.kernel)
+            name = short if len(short) <= 28 else short[:27] + "…"
             self.add_column(Text(f"{visible(name)} #{launch.launch}"), key=f"k{i}")
         for section, rows in SECTIONS:
             self.add_row(Text(section, "bold magenta"), *["" for _ in launches])

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from .... import protocol
+from ....live import verdicts
 from ....text.textsafe import visible
 from ... import fmt
 from ..quiet import QuietStatic
@@ -51,6 +52,6 @@ class RuleList(QuietStatic):
             text.append(speedup, "bold green")
             text.append(f"{visible(r.rule, 200)} ", _KIND_STYLE.get(r.kind, ""))
             text.append(f"[{visible(r.kind, 20)}] ", "dim")
-            text.append(f"{visible(r.kernel, 300)}{visible(scope, 60)}\n", "cyan")
+            text.append(f"{visible(verdicts.short(r.kernel))}{visible(scope, 60)}\n", "cyan")
             text.append(visible(r.message))
         self.show_if_changed(key, text)

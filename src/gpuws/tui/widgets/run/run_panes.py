@@ -11,13 +11,15 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.timer import Timer
-from textual.widgets import Label, Log, TabbedContent, TabPane
+from textual.widgets import DataTable, Label, Log, TabbedContent, TabPane
 
 from .... import protocol
 from ....gpu import gpus
+from ....live import verdicts
 from ....live.model import LogLine, RunModel
 from ....text.textsafe import visible
 from ... import fmt
@@ -30,10 +32,14 @@ from .ncu_progress import NcuProgressPane
 from .rules import RuleList
 from .tier_strip import TierStrip
 from .timing import TimingPane
+from .verdict import VerdictView
 
 #: Most redraws per second of the Tier-1 pane while samples stream in.
 TIMING_FPS = 4
 _PREFIX = {0: "run", 1: "T1", 2: "T2", 3: "T3"}
+#: The parts of the model a verdict is derived from.
+VERDICT_PARTS = frozenset({"verdict", "kernels", "metrics", "rules", "static", "tier1", "tiers",
+                           "diagnoses", "header"})
 _STREAM = {"stdout": "out", "stderr": "err", "warning": "wrn", "error": "err"}
 
 
@@ -77,6 +83,7 @@ class RunPanes(Vertical):
                     yield QuietStatic(kernel_table_caption(None), id="kernels-caption",
                                       classes="caption")
                     yield KernelTablePane(id="kernels")
+                    yield QuietStatic("", id="kernel-full", classes="caption")
                     yield Label("ncu progress", classes="caption")
                     yield NcuProgressPane(id="ncu")
                     yield QuietStatic("", id="static", classes="caption")
@@ -84,6 +91,8 @@ class RunPanes(Vertical):
                     yield MetricsTable(id="metrics")
                 with TabPane("Findings", id="tab-findings"), VerticalScroll():
                     yield RuleList(id="rules")
+                with TabPane("Verdict", id="tab-verdict"), VerticalScroll():
+                    yield VerdictView(id="verdict")
             with Vertical(id="log-pane"):
                 yield Label("output", id="log-title")
                 yield Log(id="run-log", max_lines=5000)
@@ -94,6 +103,14 @@ class RunPanes(Vertical):
         self.query_one(NcuProgressPane).show({})
         self.query_one(MetricsTable).show([])
         self.query_one(RuleList).show([])
+        self.query_one(VerdictView).show(verdicts.Verdicts())
+
+    @on(DataTable.RowHighlighted, "#kernels")
+    def _kernel_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """The full demangled name of the highlighted kernel, under the table."""
+        full = self.query_one(KernelTablePane).full_name(event.row_key.value)
+        shown = visible(full) if full is not None and verdicts.short(full) != full else ""
+        self.query_one("#kernel-full", QuietStatic).show_if_changed(shown, Text(shown, "dim"))
 
     def apply(self, events: list[protocol.Events]) -> set[str]:
         """Fold events into the model and redraw what changed; returns the changed parts."""
@@ -135,6 +152,8 @@ class RunPanes(Vertical):
             self._label("tab-findings", f"Findings ({len(m.rules)})")
         if "diagnoses" in changed:
             self._show_banners()
+        if changed & VERDICT_PARTS:
+            self.query_one(VerdictView).show(verdicts.derive(verdicts.inputs_from_model(m)))
         if changed & {"header", "tiers", "finished"}:
             self._show_why_empty()
         return changed
@@ -255,7 +274,7 @@ def render_static(analyses: list[protocol.StaticAnalysis]) -> Text:
         occ = fmt.pct(s.theoretical_occupancy_pct, 0)
         regs = "?" if s.registers_per_thread is None else str(s.registers_per_thread)
         # The kernel's name, the limiter and the source are the pod's words: visible.
-        text.append(visible(f"{s.kernel}: {regs} regs/thread · "
+        text.append(visible(f"{verdicts.short(s.kernel)}: {regs} regs/thread · "
                             f"{fmt.size(s.shared_mem_per_block)} smem/block · "
                             f"{fmt.size(s.local_mem_per_thread)} local/thread · block "
                             f"{s.block_size or '?'} → theoretical occupancy {occ}"

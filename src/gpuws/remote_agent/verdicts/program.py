@@ -1,0 +1,266 @@
+"""The program verdict from Tier 2's kernel table: what bounds the program as a whole.
+
+Input is a ``kernel_table`` event (rows ranked by share of kernel time, the GPU idle and
+memcpy shares of the kernel span where the timeline gave them); output is a
+``program_verdict`` event. The first finding is the one that decides what to do next:
+when the GPU waits, no kernel tuning helps until it is busy.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+from .names import short_name
+
+#: Below this share of the span busy, the GPU waits more than it works.
+BUSY_LOW_PCT = 50.0
+#: A mean kernel time under this is short enough that launch overhead (a few µs of host
+#: time per launch through PyTorch's dispatcher) can keep the GPU waiting.
+SHORT_KERNEL_NS = 20_000.0
+#: Idle gaps averaging under this are the GPU waiting for the next launch (a launch through
+#: PyTorch's dispatcher costs the host some µs); longer ones are the host busy elsewhere
+#: or waiting on the GPU (a synchronisation, data loading).
+SHORT_GAP_NS = 50_000.0
+#: Copies taking this share of the span make the program transfer-bound.
+MEMCPY_HIGH_PCT = 20.0
+#: One kernel, or one family, over this share of kernel time dominates.
+DOMINANT_PCT = 50.0
+#: Kernel families, tested in order on the lower-cased full name (first match wins).
+FAMILIES: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
+    ("communication", ("nccl", "all_reduce", "allreduce", "all_gather", "allgather",
+                       "reduce_scatter", "alltoall", "sendrecv")),
+    ("attention", ("flash", "fmha", "attention", "attn", "sdpa", "mha_")),
+    ("copy/memset", ("memcpy", "memset", "copy_kernel", "direct_copy", "copy", "fillfunctor",
+                     "fill_kernel", "cat_array", "catarraybatched")),
+    ("normalisation", ("layer_norm", "layernorm", "rms_norm", "rmsnorm", "batch_norm",
+                       "batchnorm", "group_norm", "groupnorm", "softmax", "norm_kernel")),
+    ("GEMM", ("gemm", "gemv", "nvjet", "cutlass", "cublas", "xmma", "wgmma", "matmul",
+              "triton_tem_", "_mm_", "splitkreduce", "conv")),
+    ("reduction", ("reduce", "reduction", "triton_red_", "triton_per_", "argmax", "argmin",
+                   "topk", "cub::", "scan", "sort")),
+    ("elementwise", ("elementwise", "triton_poi_", "pointwise", "vectorized", "unrolled",
+                     "activation", "gelu", "silu", "relu", "saxpy", "axpy", "add_kernel",
+                     "mul_kernel")),
+)
+#: Where the figures of a kernel table come from, as a person names the tool (the
+#: table's ``source`` starts with one of these).
+SOURCE_TOOLS = ("nsys", "torch.profiler", "ncu")
+
+
+def family(name: str) -> str:
+    """The family of a kernel by its full name: GEMM, attention, normalisation,
+    elementwise, reduction, copy/memset, communication, or other."""
+    low = name.lower()
+    for fam, marks in FAMILIES:
+        if any(mark in low for mark in marks):
+            return fam
+    return "other"
+
+
+def source_tool(source: str) -> str:
+    """The tool behind a kernel table's ``source`` (``ncu gpu__time_duration`` is ncu)."""
+    return next((t for t in SOURCE_TOOLS if source.startswith(t)), source or "?")
+
+
+def evidence(name: str, value: Optional[float], unit: str, source: str) -> Dict[str, Any]:
+    """One number behind a finding, with where it came from (``protocol.Evidence``)."""
+    return {"name": name, "value": value, "unit": unit, "source": source}
+
+
+def families(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Kernel time by family, largest first (``protocol.FamilyShare``)."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for row in rows:
+        fam = family(str(row.get("name") or ""))
+        entry = out.setdefault(fam, {"family": fam, "share_pct": 0.0, "kernels": 0,
+                                     "calls": 0, "total_ns": 0.0})
+        entry["share_pct"] += float(row.get("share_pct") or 0.0)
+        entry["kernels"] += 1
+        entry["calls"] += int(row.get("calls") or 0)
+        entry["total_ns"] += float(row.get("total_ns") or 0.0)
+    return sorted(out.values(), key=lambda e: -e["total_ns"])
+
+
+def program_verdict(table: Dict[str, Any]) -> Dict[str, Any]:
+    """The ``program_verdict`` event (without envelope) for one ``kernel_table`` event."""
+    rows = list(table.get("kernels") or [])
+    src = source_tool(str(table.get("source") or ""))
+    idle = _num(table.get("gpu_idle_pct"))
+    memcpy = _num(table.get("memcpy_pct"))
+    busy = None if idle is None else max(0.0, 100.0 - idle)
+    launches = sum(int(r.get("calls") or 0) for r in rows)
+    kernel_ns = sum(float(r.get("total_ns") or 0.0) for r in rows)
+    mean_ns = kernel_ns / launches if launches else None
+    gap_ns = _mean_gap(table)
+    fams = families(rows)
+    top = rows[0] if rows else None
+    ev = [evidence("GPU busy share of the kernel span", busy, "%", src),
+          evidence("memcpy share of the kernel span", memcpy, "%", src),
+          evidence("kernel launches", float(launches), "", src),
+          evidence("distinct kernels", float(len(rows)), "", src),
+          evidence("mean kernel time", mean_ns, "ns", src),
+          evidence("idle gaps in the span", _num(table.get("gap_count")), "", src),
+          evidence("mean idle gap", gap_ns, "ns", src),
+          evidence("longest idle gap", _num(table.get("largest_gap_ns")), "ns", src)]
+    findings: List[Dict[str, Any]] = []
+    bound = "gpu"
+    if busy is not None and busy < BUSY_LOW_PCT:
+        bound, finding = _not_gpu_bound(busy, memcpy, launches, mean_ns, gap_ns, src)
+        findings.append(finding)
+    elif memcpy is not None and memcpy >= MEMCPY_HIGH_PCT:
+        bound = "transfer"
+        findings.append(_transfers(memcpy, src))
+    if top is not None:
+        findings.extend(_concentration(top, fams, rows, src,
+                                       bound == "gpu" and busy is not None))
+    if busy is None:
+        findings.append({
+            "code": "busy_unknown", "severity": "info",
+            "title": "GPU busy share not measured",
+            "detail": "%s gave kernel times but no timeline of this run, so whether the GPU "
+                      "waited between kernels is not known" % src,
+            "remedies": ["install Nsight Systems on the pod for the timeline"],
+            "evidence": []})
+    return {"source": src, "bound": bound,
+            "summary": findings[0]["title"] if findings else "no kernels recorded",
+            "gpu_busy_pct": busy, "memcpy_pct": memcpy, "launches": launches,
+            "kernels": len(rows), "mean_kernel_ns": mean_ns,
+            "families": fams, "findings": findings, "evidence": ev,
+            "top_kernel": str(top.get("name")) if top else None,
+            "top_share_pct": _num(top.get("share_pct")) if top else None}
+
+
+def _mean_gap(table: Dict[str, Any]) -> Optional[float]:
+    """The mean idle gap inside the kernel span, where the timeline gave its gaps."""
+    gaps, span, idle = (_num(table.get("gap_count")), _num(table.get("span_ns")),
+                        _num(table.get("gpu_idle_pct")))
+    if not gaps or span is None or idle is None:
+        return None
+    return span * idle / 100.0 / gaps
+
+
+def _not_gpu_bound(busy: float, memcpy: Optional[float], launches: int,
+                   mean_ns: Optional[float], gap_ns: Optional[float], src: str
+                   ) -> Tuple[str, Dict[str, Any]]:
+    idle = 100.0 - busy
+    base = [evidence("GPU busy share of the kernel span", busy, "%", src)]
+    if gap_ns is not None:
+        base.append(evidence("mean idle gap", gap_ns, "ns", src))
+    if memcpy is not None and memcpy >= MEMCPY_HIGH_PCT:
+        return "transfer", _transfers(memcpy, src)
+    # The gaps say it best where the timeline gave them; else short kernels suggest it.
+    short = gap_ns < SHORT_GAP_NS if gap_ns is not None else (
+        mean_ns is not None and mean_ns < SHORT_KERNEL_NS)
+    if short and mean_ns is not None:
+        return "launch", {
+            "code": "launch_bound", "severity": "warning",
+            "title": "Launch-bound: the GPU is idle %.0f%% of the time between %d short "
+                     "kernels" % (idle, launches),
+            "detail": "kernels average %.1f µs%s, about what the host needs to launch one; "
+                      "the GPU waits for the next launch, so no kernel tuning helps until "
+                      "it is busy" % (mean_ns / 1e3, "" if gap_ns is None else
+                                      " with %.1f µs idle between them" % (gap_ns / 1e3)),
+            "remedies": ["capture the steady state in a CUDA graph (torch.cuda.graphs, "
+                         "torch.compile(mode=\"reduce-overhead\"))",
+                         "fuse small kernels: torch.compile, or fused ops (fused optimisers, "
+                         "fused attention and norms)",
+                         "give each launch more work: bigger batches, longer sequences",
+                         "move Python-side work out of the loop (no .item(), no host syncs)"],
+            "evidence": [*base, evidence("mean kernel time", mean_ns, "ns", src),
+                         evidence("kernel launches", float(launches), "", src)]}
+    return "host", {
+        "code": "host_bound", "severity": "warning",
+        "title": "Host- or sync-bound: the GPU is idle %.0f%% of the time between kernels"
+                 % idle,
+        "detail": "%s: launching kernels is not the cost; the host is busy elsewhere or "
+                  "waits on the GPU (synchronisation, data loading) between them, and %s "
+                  "cannot tell which"
+                  % ("the GPU waits %.1f µs between kernels on average" % (gap_ns / 1e3)
+                     if gap_ns is not None else "kernels are long (%s on average)"
+                     % ("%.1f µs" % (mean_ns / 1e3) if mean_ns is not None else "?"), src),
+        "remedies": ["look for host syncs in the loop (.item(), .cpu(), "
+                     "torch.cuda.synchronize, printing tensors)",
+                     "overlap data loading with compute (DataLoader workers, pinned memory, "
+                     "non_blocking copies)",
+                     "run nsys with --trace=cuda,osrt,nvtx to see what the host does"],
+        "evidence": [*base, evidence("mean kernel time", mean_ns, "ns", src)]}
+
+
+def _transfers(memcpy: float, src: str) -> Dict[str, Any]:
+    return {"code": "transfer_bound", "severity": "warning",
+            "title": "Transfer-bound: copies take %.0f%% of the kernel span" % memcpy,
+            "detail": "memory copies (host-device or device-device) occupy the GPU's time "
+                      "line more than a fifth of the span",
+            "remedies": ["keep data on the GPU between steps", "use pinned host memory "
+                         "and non_blocking copies on a side stream to overlap them",
+                         "copy fewer, larger buffers"],
+            "evidence": [evidence("memcpy share of the kernel span", memcpy, "%", src)]}
+
+
+def _concentration(top: Dict[str, Any], fams: List[Dict[str, Any]],
+                   rows: List[Dict[str, Any]], src: str, first: bool
+                   ) -> List[Dict[str, Any]]:
+    share = float(top.get("share_pct") or 0.0)
+    name = str(top.get("name") or "")
+    if share >= DOMINANT_PCT:
+        return [{"code": "dominant_kernel", "severity": "info",
+                 "title": "%s%s takes %.0f%% of kernel time" % (
+                     "GPU-bound: " if first else "", short_name(name), share),
+                 "detail": "one kernel (%s) dominates: Tier 3 on it is where the time is"
+                           % family(name),
+                 "remedies": [], "kernel": name,
+                 "evidence": [evidence("share of kernel time", share, "%", src)]}]
+    fam = fams[0] if fams else None
+    if fam is not None and fam["share_pct"] >= DOMINANT_PCT and fam["kernels"] > 1:
+        return [{"code": "dominant_family", "severity": "info",
+                 "title": "%s%s kernels take %.0f%% of kernel time (%d kernels)" % (
+                     "GPU-bound: " if first else "", fam["family"],
+                     fam["share_pct"], fam["kernels"]),
+                 "detail": "no single kernel dominates; the %s family does" % fam["family"],
+                 "remedies": [],
+                 "evidence": [evidence("share of kernel time", fam["share_pct"], "%", src)]}]
+    return [{"code": "spread", "severity": "info",
+             "title": "%sKernel time is spread: the top kernel takes %.0f%% of %d" % (
+                 "GPU-bound. " if first else "", share, len(rows)),
+             "detail": "speeding up any one kernel buys little; fusion or a different "
+                       "algorithm is where the time is",
+             "remedies": [], "evidence": [evidence("share of kernel time", share, "%", src)]}]
+
+
+def tier3_advice(verdict: Dict[str, Any], rows: List[Dict[str, Any]],
+                 regex: Optional[str]) -> str:
+    """Whether Tier 3's target is worth profiling, given the program verdict.
+
+    Tier 3 profiles the first kernel its filter ``regex`` matches, or Tier 2's top kernel
+    when there is no filter.
+    """
+    target = rows[0] if rows and not regex else None
+    if regex:
+        try:
+            pattern = re.compile(regex)
+        except re.error:
+            pattern = None
+        target = next((r for r in rows if pattern is not None
+                       and pattern.search(str(r.get("name") or ""))), None)
+    if target is None:
+        return ("Tier 3 profiles what regex:%s matches, none of which Tier 2 ranked"
+                % regex if regex else "Tier 3 has no target from Tier 2")
+    name = short_name(str(target.get("name") or ""))
+    share = float(target.get("share_pct") or 0.0)
+    busy = _num(verdict.get("gpu_busy_pct"))
+    if verdict.get("bound") != "gpu" and busy is not None:
+        saved = share * busy / 200.0
+        return ("Tier 3 profiles %s (%.0f%% of kernel time), but the GPU is busy only %.0f%% "
+                "of the span: making it twice as fast saves at most %.1f%% of the run; the "
+                "%s bound comes first" % (name, share, busy, saved, verdict.get("bound")))
+    if share < 10.0:
+        return ("Tier 3 profiles %s, only %.1f%% of kernel time: even a much faster %s "
+                "changes the program little" % (name, share, name))
+    return ("Tier 3 profiles %s: %.0f%% of kernel time, so a faster %s is a faster program"
+            % (name, share, name))
+
+
+def _num(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
