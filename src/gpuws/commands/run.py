@@ -20,7 +20,7 @@ from rich.text import Text
 
 from .. import protocol, runspec
 from ..errors import ConnectError, RunError, StoreError, UsageError
-from ..gpu import clocks, gpus
+from ..gpu import clocks, evidence, gpus
 from ..live.boundary import SeqGate
 from ..live.engine import Engine, Notice
 from ..live.feed import Batch
@@ -60,6 +60,8 @@ class Printer:
         self._joiners: dict[str, LineJoiner] = {}
         #: Set once a detached run's id is printed: stdout ends with it.
         self.muted = False
+        #: The session's $/hour (set once connected), for Tier 3's estimate in dollars.
+        self.rate: float | None = None
 
     def batch(self, batch: Batch) -> None:
         """The engine's ``on_batch``: print each event not printed before."""
@@ -104,6 +106,9 @@ class Printer:
                 if ev.argv:
                     line.append_text(safe("  $ " + " ".join(ev.argv), "dim"))
                 o.print(line)
+                if ev.estimate is not None:
+                    for text in estimate_lines(ev.estimate, self.rate):
+                        o.print(text)
             case protocol.TierFinished():
                 colour = {"ok": "green", "skipped": "yellow", "fallback": "yellow"}.get(
                     ev.status, "red")
@@ -113,6 +118,9 @@ class Printer:
                 if ev.reason:
                     line.append_text(Text.assemble(" — ", safe(ev.reason)))
                 o.print(line)
+                gpm = evidence.gpm_line(ev.gpm, GPM_WINDOWS.get(ev.tier, ""))
+                if gpm is not None:
+                    o.print(Text(f"  {gpm}", "" if evidence.gpm_measured(ev.gpm) else "dim"))
             case protocol.Samples():
                 self.samples += len(ev.values_ms)
             case protocol.Tier1Result():
@@ -208,6 +216,17 @@ def tier1_table(ev: protocol.Tier1Result) -> Table:
     if rates:
         t.caption = " · ".join(rates)
     return t
+
+
+#: What each tier's GPM window covered, as the printed line says it.
+GPM_WINDOWS = {0: "the command's whole run", 1: "Tier 1's timed rounds"}
+
+
+def estimate_lines(est: protocol.Tier3Estimate, rate: float | None) -> list[Text]:
+    """Tier 3's estimate before ncu starts, and where each input came from."""
+    lines = [Text(f"  {evidence.estimate_line(est, rate)}", "blue")]
+    lines += [Text(f"    {basis}", "dim") for basis in evidence.estimate_bases(est)]
+    return lines
 
 
 def clock_lines(ev: protocol.Tier1Result) -> list[Text]:
@@ -361,6 +380,7 @@ async def run(args: argparse.Namespace) -> int:
         if engine.link is not None:
             # The probe is known now: a GPU the pod lacks is refused before anything runs.
             gpus.check_on_pod(spec.gpu, engine.link.probe)
+            printer.rate = engine.link.rate
         info = await engine.start_run(spec)
         if args.detach:
             await asyncio.sleep(0.2)
@@ -385,6 +405,7 @@ async def attach(args: argparse.Namespace) -> int:
     _on_sigterm(asyncio.current_task())
     try:
         await engine.connect(target_of(args))
+        printer.rate = engine.link.rate if engine.link is not None else None
         run_id = await engine.store.call(lambda s: _known_run(s, args.run_id))
         await engine.attach(run_id, from_seq=args.from_seq)
         return await _follow(args, engine, run_id)

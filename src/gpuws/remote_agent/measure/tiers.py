@@ -703,7 +703,8 @@ def tier3_estimate(ctx: "RunContext", table: Optional[List[Dict[str, Any]]],
     from ..profilers.ncu_cmd import DEFAULT_SECTIONS
     from . import tier3_cost
 
-    inputs = {k: measured.get(k) for k in ("setup_s", "tier2_wall_s", "tier1_median_ms")}
+    inputs: Dict[str, Any] = {k: measured.get(k)
+                              for k in ("setup_s", "tier2_wall_s", "tier1_median_ms")}
     inputs["setup_basis"] = str(measured.get("setup_basis") or "")
     est = tier3_cost.estimate(ctx.spec, table, regex, default_sections=DEFAULT_SECTIONS,
                               **inputs)
