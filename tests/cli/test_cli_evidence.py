@@ -1,4 +1,4 @@
-"""NVML GPM beside Tier 1 and Tier 3's estimate, in every face: printer, panes' model, export.
+"""NVML GPM beside Tier 1 and Tier 3's estimate, in every face: printer, panes, export.
 
 The runs are the realistic streams of ``tests/sessions/recorded.py`` (the real H200
 fixtures) with what this round's agent adds: ``TierFinished.gpm`` on Tier 1 (the figures
@@ -9,6 +9,7 @@ the one line a GPU without GPM gives, and ``TierStarted.estimate`` on Tier 3 (wh
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 from pathlib import Path
@@ -17,6 +18,9 @@ from typing import Any
 
 import msgspec
 import pytest
+from rich.console import Console
+from rich.table import Table
+from textual.app import App, ComposeResult
 
 from gpuws import protocol
 from gpuws.commands.run import Printer
@@ -26,6 +30,8 @@ from gpuws.remote_agent.measure import tier3_cost
 from gpuws.remote_agent.profilers.ncu_cmd import DEFAULT_SECTIONS
 from gpuws.sessions.export import export_session
 from gpuws.sessions.store import Store
+from gpuws.tui.widgets.run.tier_strip import TierStrip
+from gpuws.tui.widgets.run.timing import TimingPane
 
 
 def _load_recorded() -> ModuleType:
@@ -137,3 +143,42 @@ def test_the_export_carries_gpm_and_the_estimate_against_what_tier3_took() -> No
     fin3 = next(e for e in events(lines) if isinstance(e, protocol.TierFinished) and e.tier == 3)
     error = (est["seconds"] - fin3.wall_s) / fin3.wall_s * 100
     assert f"the estimate was off by {error:+.0f}%." in md
+
+
+def test_the_run_panes_show_gpm_and_a_running_tier3s_estimate() -> None:
+    """The tier strip and the timing pane, mounted in a real Textual app."""
+    lines, est = with_evidence(RECORDED.saxpy_run("20261124-120000-eeeeee"), COPY_GPM)
+    evs = events(lines)
+    # Up to Tier 3's start: ncu is still running, its estimate in the strip.
+    upto = next(i for i, e in enumerate(evs)
+                if isinstance(e, protocol.TierStarted) and e.tier == 3) + 1
+    model = RunModel("20261124-120000-eeeeee", rate_usd_per_hour=RATE)
+    model.apply(evs[:upto])
+
+    class Panes(App[None]):
+        def compose(self) -> ComposeResult:
+            yield TierStrip(id="tiers")
+            yield TimingPane(id="timing")
+
+    def text(renderable: Any) -> str:
+        console = Console(width=240, record=True)
+        console.print(renderable)
+        return console.export_text()
+
+    async def go() -> tuple[str, str]:
+        app = Panes()
+        async with app.run_test(size=(240, 40)) as pilot:
+            app.query_one(TierStrip).show(model, now=model.last_ts)
+            app.query_one(TimingPane).show(model)
+            await pilot.pause()
+            strip = app.query_one(TierStrip).content
+            gpm = app.query_one("#t1-gpm").content
+            assert isinstance(strip, Table)
+            return text(strip), text(gpm)
+
+    strip, gpm = asyncio.run(go())
+    assert "GPM SM 98% · tensor 0% · DRAM 89% · occ 47%" in strip
+    usd = est["seconds"] * RATE / 3600
+    assert f"running · est. {est['seconds']:.2f} s (${usd:.4f})" in strip
+    assert gpm.strip() == ("NVML GPM over 2.05 s (Tier 1's timed rounds): SM active 98%, SM "
+                           "occupancy 47%, tensor active 0%, DRAM bandwidth 89%, FP32 pipe 0%")
