@@ -31,7 +31,7 @@ export GPUWS_GPU_OUT=$OUT/logs PATH=$PATH:/opt/nvidia/nsight-compute/2025.3.1
 declare -A RESULT
 run_tests() {
   local name limit
-  for spec in ${GPU_TESTS:-e2e:240 pinning:200 python:150 laptop_faces:120 fleet:120}; do
+  for spec in ${GPU_TESTS:-e2e:240 pinning:200 python:150 laptop_faces:120 fleet:120 gpm:150}; do
     name=${spec%%:*}; limit=${spec##*:}
     local t0=$SECONDS
     timeout $((limit + 10)) python3 -m pytest -p no:cacheprovider "tests/gpu/test_gpu_$name.py" \

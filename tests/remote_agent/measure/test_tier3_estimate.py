@@ -21,8 +21,11 @@ from gpuws.remote_agent import runs
 from gpuws.remote_agent.measure import tier3_cost, tiers
 from gpuws.remote_agent.profilers.ncu_cmd import DEFAULT_SECTIONS
 from gpuws.remote_agent.worker import RunContext
-
-from .test_tier3_paths import PERM, FakePod, fake_ncu
+from remote_agent.measure.test_tier3_paths import (  # type: ignore[import-not-found]
+    PERM,
+    FakePod,
+    fake_ncu,
+)
 
 RECORDED = Path(__file__).parents[2] / "fixtures" / "recorded" / "saxpy_h200.ndjson"
 SIX = ["SpeedOfLight", "Occupancy", "LaunchStats", "ComputeWorkloadAnalysis",
