@@ -23,6 +23,7 @@ from rich.table import Table
 from textual.app import App, ComposeResult
 
 from gpuws import protocol
+from gpuws.commands import doctor
 from gpuws.commands.run import Printer
 from gpuws.live.feed import Batch
 from gpuws.live.model import RunModel
@@ -182,3 +183,27 @@ def test_the_run_panes_show_gpm_and_a_running_tier3s_estimate() -> None:
     assert f"running · est. {est['seconds']:.2f} s (${usd:.4f})" in strip
     assert gpm.strip() == ("NVML GPM over 2.05 s (Tier 1's timed rounds): SM active 98%, SM "
                            "occupancy 47%, tensor active 0%, DRAM bandwidth 89%, FP32 pipe 0%")
+
+
+def test_doctor_and_the_export_say_whether_gpm_answered() -> None:
+    """What the probe learnt by asking each GPU (one answered, one refused, one not asked)."""
+    probe = RECORDED.probe()
+    first = dict(probe["gpus"][0], gpm_supported=True, gpm_reason="")
+    second = dict(probe["gpus"][0], index=1, gpm_supported=False,
+                  gpm_reason="NVML refused GPM to this user (nvmlGpmSampleGet: no permission)")
+    third = dict(probe["gpus"][0], index=2)
+    probe["gpus"] = [first, second, third]
+    gpus_ = msgspec.convert(probe["gpus"], list[protocol.Gpu])
+    table = Console(width=240, record=True)
+    table.print(doctor.gpu_table(gpus_))
+    text = table.export_text()
+    assert text.count("NVML GPM answers") == 1
+    assert "NVML GPM: no — NVML refused GPM to this user (nvmlGpmSampleGet: no permission)" \
+        in text
+    with Store() as store:
+        sid = store.open_session("h200", "ssh+sftp", msgspec.convert(probe, protocol.Probe),
+                                 RATE, started=RECORDED.T0 - 10)
+        md = export_session(store, sid, now=RECORDED.T0)
+    assert "| GPU 0 NVML GPM | answers |" in md
+    assert "| GPU 1 NVML GPM | does not answer: NVML refused GPM to this user" in md
+    assert "GPU 2 NVML GPM" not in md  # not asked: nothing claimed

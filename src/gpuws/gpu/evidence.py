@@ -69,6 +69,16 @@ def gpm_short(gpm: protocol.GpmMetrics | None) -> str:
     return "GPM " + " · ".join(parts)
 
 
+def gpm_probe_line(gpu: protocol.Gpu) -> str | None:
+    """What the probe learnt by asking: ``NVML GPM answers`` or ``NVML GPM: no — why``;
+    None when it was not asked (no NVML, an older agent)."""
+    if gpu.gpm_supported is None:
+        return None
+    if gpu.gpm_supported:
+        return f"{SOURCE} answers"
+    return f"{SOURCE}: no — {visible(gpu.gpm_reason or 'no reason given', 300)}"
+
+
 def estimate_cost(est: protocol.Tier3Estimate, rate_usd_per_hour: float | None) -> float | None:
     """The estimate in dollars at the session's rate (None without a rate)."""
     if rate_usd_per_hour is None:
