@@ -419,6 +419,10 @@ class GpmMetrics(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     fp64_pct: float | None = None
     fp32_pct: float | None = None
     fp16_pct: float | None = None
+    #: Tier 1 only: the share of the window its timed calls took (Σ CUDA-event samples /
+    #: ``window_s``); the rest is L2 flushes, idle holds and launch gaps, which GPM's
+    #: averages include (a cold Tier 1 idles 1 ms before each sample).
+    timed_share_pct: float | None = None
     reason: str = ""
     source: str = "NVML GPM"
 

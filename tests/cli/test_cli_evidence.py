@@ -207,3 +207,16 @@ def test_doctor_and_the_export_say_whether_gpm_answered() -> None:
     assert "| GPU 0 NVML GPM | answers |" in md
     assert "| GPU 1 NVML GPM | does not answer: NVML refused GPM to this user" in md
     assert "GPU 2 NVML GPM" not in md  # not asked: nothing claimed
+
+
+def test_a_cold_tier1s_gpm_names_what_its_window_held(capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "260")
+    lines, _est = with_evidence(RECORDED.saxpy_run("20261124-120000-ffffff", mode="cold"),
+                                dict(COPY_GPM, timed_share_pct=19.0))
+    evs = events(lines)
+    Printer(as_json=False).batch(Batch(evs, [0.0] * len(evs), len(evs)))
+    out = capsys.readouterr().out
+    assert ("NVML GPM over 2.05 s (Tier 1's timed rounds, with the L2 flush and 1 ms idle "
+            "before each cold sample): SM active 98%") in out
+    assert "(the timed calls took 19% of it)" in out

@@ -62,6 +62,8 @@ class Printer:
         self.muted = False
         #: The session's $/hour (set once connected), for Tier 3's estimate in dollars.
         self.rate: float | None = None
+        #: Per run: Tier 1's mode (cold windows hold flushes and idle), for GPM's line.
+        self._modes: dict[str, str] = {}
 
     def batch(self, batch: Batch) -> None:
         """The engine's ``on_batch``: print each event not printed before."""
@@ -118,12 +120,14 @@ class Printer:
                 if ev.reason:
                     line.append_text(Text.assemble(" — ", safe(ev.reason)))
                 o.print(line)
-                gpm = evidence.gpm_line(ev.gpm, GPM_WINDOWS.get(ev.tier, ""))
+                gpm = evidence.gpm_line(ev.gpm, evidence.gpm_over(
+                    ev.tier, self._modes.get(ev.run_id or "")))
                 if gpm is not None:
                     o.print(Text(f"  {gpm}", "" if evidence.gpm_measured(ev.gpm) else "dim"))
             case protocol.Samples():
                 self.samples += len(ev.values_ms)
             case protocol.Tier1Result():
+                self._modes[ev.run_id or ""] = ev.mode
                 o.print(tier1_table(ev))
                 for line in clock_lines(ev):
                     o.print(line)
@@ -216,10 +220,6 @@ def tier1_table(ev: protocol.Tier1Result) -> Table:
     if rates:
         t.caption = " · ".join(rates)
     return t
-
-
-#: What each tier's GPM window covered, as the printed line says it.
-GPM_WINDOWS = {0: "the command's whole run", 1: "Tier 1's timed rounds"}
 
 
 def estimate_lines(est: protocol.Tier3Estimate, rate: float | None) -> list[Text]:

@@ -31,6 +31,18 @@ GPM_LABELS: tuple[tuple[str, str], ...] = (
 GPM_SHORT = ("sm_active_pct", "tensor_active_pct", "dram_bw_pct", "sm_occupancy_pct")
 
 
+def gpm_over(tier: int, mode: str | None = None) -> str:
+    """What a tier's GPM window covered, for people: Tier 1's timed rounds (a cold Tier 1's
+    flushes and idle holds inside them), or a ``cmd:``'s whole run."""
+    if tier == 0:
+        return "the command's whole run"
+    if tier == 1:
+        return "Tier 1's timed rounds" + (
+            ", with the L2 flush and 1 ms idle before each cold sample" if mode == "cold"
+            else "")
+    return f"tier {tier}"
+
+
 def gpm_measured(gpm: protocol.GpmMetrics | None) -> bool:
     """Whether GPM gave figures (not only a reason)."""
     return gpm is not None and gpm.window_s is not None
@@ -51,8 +63,10 @@ def gpm_line(gpm: protocol.GpmMetrics | None, over: str = "") -> str | None:
         return f"{SOURCE}{where}: not measured — {visible(gpm.reason or 'no reason given', 300)}"
     parts = [f"{label} {humanfmt.pct(getattr(gpm, key), 0)}" for key, label in GPM_LABELS
              if getattr(gpm, key) is not None]
+    share = (f" (the timed calls took {humanfmt.pct(gpm.timed_share_pct, 0)} of it)"
+             if gpm.timed_share_pct is not None else "")
     return (f"{SOURCE} over {humanfmt.duration(gpm.window_s)}{where}: "
-            + (", ".join(parts) if parts else "no metric answered"))
+            + (", ".join(parts) if parts else "no metric answered") + share)
 
 
 def gpm_short(gpm: protocol.GpmMetrics | None) -> str:

@@ -290,7 +290,7 @@ MAX_LAUNCHES = 1_000_000
 MAX_PLANS = 16
 #: GPM's percentage fields (``protocol.GpmMetrics``), each 0-100 by nvml.h.
 GPM_PCT_FIELDS = ("sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "hmma_active_pct",
-                  "dram_bw_pct", "fp64_pct", "fp32_pct", "fp16_pct")
+                  "dram_bw_pct", "fp64_pct", "fp32_pct", "fp16_pct", "timed_share_pct")
 
 
 def check_gpm_and_estimate(ev: protocol.Events) -> None:

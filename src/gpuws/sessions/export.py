@@ -236,7 +236,7 @@ def _run_section(store: Store, run: RunRow) -> list[str]:
     if tier1:
         out += ["", "### Tier 1 — CUDA events", ""]
         out += _tier1(tier1[-1])
-    gpm = _gpm(finished)
+    gpm = _gpm(finished, tier1[-1].mode if tier1 else None)
     if gpm:
         out += ["", "### Device activity (NVML GPM)", ""]
         out += gpm
@@ -344,25 +344,24 @@ def _tier1(r: protocol.Tier1Result) -> list[str]:
     return out
 
 
-#: What each tier's GPM window covered.
-_GPM_WINDOWS = {0: "the command's whole run", 1: "Tier 1's timed rounds"}
-
-
-def _gpm(finished: dict[int, protocol.TierFinished]) -> list[str]:
+def _gpm(finished: dict[int, protocol.TierFinished], mode: str | None) -> list[str]:
     """NVML GPM per tier that sampled it: a table of figures, or why there are none."""
     out: list[str] = []
     for tier in sorted(t for t, ev in finished.items() if ev.gpm is not None):
         g = finished[tier].gpm
         assert g is not None
-        over = _GPM_WINDOWS.get(tier, f"tier {tier}")
+        over = evidence.gpm_over(tier, mode)
         if out:
             out.append("")
         if not evidence.gpm_measured(g):
             out.append(_esc(f"NVML GPM over {over}: not measured — "
                             f"{g.reason or 'no reason given'}."))
             continue
+        share = (f" The timed calls took {g.timed_share_pct:.0f}% of the window."
+                 if g.timed_share_pct is not None else "")
         out.append(_esc(f"Device-wide averages over {over} ({_dur(g.window_s or 0.0)}), "
-                        f"source: {evidence.SOURCE}; other processes on the GPU count too."))
+                        f"source: {evidence.SOURCE}; other processes on the GPU count too."
+                        + share))
         out.append("")
         out += _table(["Metric", "Value", "Source"],
                       [[_esc(label), _esc(value), evidence.SOURCE]

@@ -178,3 +178,15 @@ def test_a_cmd_run_carries_gpm_or_says_why(ctx: RunContext) -> None:
     fin = next(e for e in events(ctx) if isinstance(e, protocol.TierFinished) and e.tier == 0)
     assert fin.status == "ok" and fin.gpm is not None
     assert fin.gpm.window_s is None and fin.gpm.reason and "\n" not in fin.gpm.reason
+
+
+def test_tier1s_gpm_says_how_much_of_its_window_the_timed_calls_took() -> None:
+    """The recorded run's Tier-1 GPU time over a window as long as its Tier 1."""
+    rec = [json.loads(x) for x in RECORDED.read_text().splitlines()]
+    fin1 = next(e for e in rec if e["type"] == "tier_finished" and e["tier"] == 1)
+    got = tiers.with_timed_share({"window_s": fin1["wall_s"], "dram_bw_pct": 40.0},
+                                 fin1["gpu_s"])
+    assert got["timed_share_pct"] == pytest.approx(100 * fin1["gpu_s"] / fin1["wall_s"])
+    assert got["dram_bw_pct"] == 40.0
+    assert tiers.with_timed_share({"window_s": 0.5}, 9.0)["timed_share_pct"] == 100.0
+    assert "timed_share_pct" not in tiers.with_timed_share({"reason": "no GPM"}, 1.0)

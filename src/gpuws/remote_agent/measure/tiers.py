@@ -343,8 +343,18 @@ def tier1(ctx: "RunContext") -> Dict[str, Any]:
             sampler.stop()
         window.close()  # frees its samples whatever happened (idempotent)
     ctx.emit(wire.make("tier_finished", tier=1, status="ok", wall_s=time.time() - t0,
-                       gpu_s=gpu["s"], source="CUDA events (CuPy)", gpm=window.close()))
+                       gpu_s=gpu["s"], source="CUDA events (CuPy)",
+                       gpm=with_timed_share(window.close(), gpu["s"])))
     return measured
+
+
+def with_timed_share(result: Dict[str, Any], timed_s: float) -> Dict[str, Any]:
+    """GPM's Tier-1 figures with the share of their window the timed calls took (the
+    rest, flushes and idle holds, dilutes GPM's averages: a verdict must know how much)."""
+    window = result.get("window_s")
+    if not window or timed_s <= 0:
+        return result
+    return dict(result, timed_share_pct=min(100.0, 100.0 * timed_s / float(window)))
 
 
 # ----------------------------------------------------------------------------- tier 2

@@ -67,9 +67,11 @@ class TimingPane(Vertical):
 
 def gpm_text(model: RunModel) -> Text | None:
     """NVML GPM over Tier 1's window (or a ``cmd:``'s run), or None before it arrives."""
-    for tier, over in ((1, "Tier 1's timed rounds"), (0, "the command's whole run")):
+    mode = model.tier1.mode if model.tier1 is not None else None
+    for tier in (1, 0):
         state = model.tiers.get(tier)
-        line = evidence.gpm_line(state.gpm if state is not None else None, over)
+        line = evidence.gpm_line(state.gpm if state is not None else None,
+                                 evidence.gpm_over(tier, mode))
         if line is not None:
             measured = evidence.gpm_measured(state.gpm if state is not None else None)
             return Text(line, "" if measured else "dim")
