@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from faults.figures import record  # type: ignore[import-not-found]
 from gpuws import protocol
 from gpuws.errors import ProtocolError
 from gpuws.live.boundary import Boundary, check_answer
@@ -53,8 +54,7 @@ def started(seq: int, est: dict[str, Any]) -> bytes:
     return line(seq, "tier_started", tier=3, name="Nsight Compute", estimate=est)
 
 
-@pytest.mark.parametrize(("raw", "words"), ids=lambda v: v if isinstance(v, str) else "",
-                         argvalues=[
+LIES = [
     (finished(1, dict(GPM_OK, dram_bw_pct=10_000.0)), "dram_bw_pct 10000.0 is not a percentage"),
     (finished(1, dict(GPM_OK, sm_active_pct=-0.5)), "sm_active_pct -0.5 is not a percentage"),
     (finished(1, dict(GPM_OK, window_s=1e12)), "NVML GPM window of 1000000000000.0 s"),
@@ -68,7 +68,10 @@ def started(seq: int, est: dict[str, Any]) -> bytes:
     (started(1, dict(EST_OK, launches=-1)), "-1 launches"),
     (started(1, dict(EST_OK, cheaper=["x"] * 1000)), "1000 cheaper plans"),
     (started(1, dict(EST_OK, start_basis="a\rb")), "Tier-3 estimate text is not one line"),
-])
+]
+
+
+@pytest.mark.parametrize(("raw", "words"), LIES, ids=[w for _raw, w in LIES])
 def test_a_lie_is_refused_in_its_place(raw: bytes, words: str) -> None:
     b, said = boundary()
     ev = protocol.decode_event(raw)
@@ -114,3 +117,24 @@ def test_a_probe_answer_with_a_forged_gpm_reason_is_refused() -> None:
                                            "probe": probe}).encode())
     assert isinstance(ok, protocol.ProbeResult)
     assert check_answer(ok).probe.gpus[0].gpm_supported is False
+
+
+def test_figures_every_lie_refused_every_honest_event_kept() -> None:
+    """One connection, every lie above between honest events: the counts docs quote."""
+    b, said = boundary()
+    seq, refused, kept = 1, 0, 0
+    honest = [finished(0, GPM_OK), started(0, EST_OK),
+              finished(0, {"reason": "NVML GPM is not supported on GPU 0"})]
+    for raw, _words in LIES:
+        for good in honest:
+            out = b.check(protocol.decode_event(good.replace(b'"seq": 0', f'"seq": {seq}'
+                                                             .encode())))
+            kept += isinstance(out, (protocol.TierFinished, protocol.TierStarted))
+            seq += 1
+        lie = protocol.decode_event(raw.replace(b'"seq": 1', f'"seq": {seq}'.encode()))
+        refused += isinstance(b.check(lie), protocol.Log)
+        seq += 1
+    assert refused == len(LIES) and kept == len(LIES) * len(honest)
+    assert b.refused_total() == len(LIES) and len(said) <= len(LIES)
+    record("untrusted_evidence", lies=len(LIES), refused=refused, honest=kept,
+           honest_lost=len(LIES) * len(honest) - kept, said_lines=len(said))
