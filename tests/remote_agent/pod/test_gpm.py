@@ -209,3 +209,19 @@ def test_no_libnvidia_ml_at_all_under_the_bare_agent_python() -> None:
                                  "loaded")
     assert gpm.percent(float("nan")) is None and gpm.percent(-5.0) is None
     assert gpm.percent(100.9) == 100.0 and gpm.percent(-0.5) == 0.0
+
+
+def test_a_runs_gpm_evidence_for_a_verdict() -> None:
+    """Tier 1's measured window first, a cmd:'s run second, never a reason alone."""
+    t1 = {"window_s": 2.0, "dram_bw_pct": 89.0, "source": "NVML GPM", "reason": ""}
+    t0 = {"window_s": 9.0, "dram_bw_pct": 3.0, "source": "NVML GPM", "reason": ""}
+    why = {"reason": "NVML GPM is not supported on GPU 0", "source": "NVML GPM"}
+    fin = [{"type": "tier_finished", "tier": tier, "status": "ok", "wall_s": 1.0, "gpm": g}
+           for tier, g in ((0, t0), (1, t1))]
+    assert gpm.from_events(fin) == t1
+    assert gpm.from_events(fin[:1]) == t0
+    assert gpm.from_events([dict(fin[1], gpm=why)]) is None
+    assert gpm.from_events([{"type": "tier_finished", "tier": 3, "gpm": t1}]) is None
+    # Decoded and re-encoded events (the laptop's store) give the same answer.
+    stored = [msgspec.to_builtins(msgspec.convert(e, protocol.TierFinished)) for e in fin]
+    assert gpm.from_events(stored)["dram_bw_pct"] == 89.0  # type: ignore[index]

@@ -304,3 +304,23 @@ def probe(nvml: Any, index: int) -> Tuple[bool, str]:
     except Exception as exc:
         return False, _one_line("NVML GPM failed: %s: %s" % (type(exc).__name__, exc))
     return True, ""
+
+
+def from_events(events: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The GPM evidence a run's events carry, for a verdict: the ``protocol.GpmMetrics``
+    dict of Tier 1's window (its ``tier_finished``), else of a ``cmd:``'s run (tier 0),
+    only where GPM measured (``window_s`` set); None otherwise.
+
+    Pure and standard library only, so the agent and the laptop (``msgspec.to_builtins``
+    of stored events) read it alike. Percentages are of the whole GPU over the window; a
+    Tier-1 window's ``timed_share_pct`` says how much of it the timed calls took (a cold
+    Tier 1 idles between samples), so a kernel's own figure is at least the average.
+    """
+    found: Dict[int, Dict[str, Any]] = {}
+    for ev in events:
+        if ev.get("type") != "tier_finished" or ev.get("tier") not in (0, 1):
+            continue
+        gpm = ev.get("gpm")
+        if isinstance(gpm, dict) and gpm.get("window_s"):
+            found[int(ev["tier"])] = gpm
+    return found.get(1) or found.get(0)
