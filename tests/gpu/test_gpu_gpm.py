@@ -58,7 +58,8 @@ METRICS = ("gpu__time_duration.sum",
            "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed",
            "sm__throughput.avg.pct_of_peak_sustained_elapsed")
 #: The kernels of each loop, as ncu's demangled names show them.
-REGEX = {"copy": "elementwise", "gemm": "nvjet|gemm|sm90|xmma|cutlass"}
+REGEX = {"copy": "vectorized_elementwise|unrolled_elementwise",  # not torch.rand's kernel
+         "gemm": "nvjet|gemm|sm90|xmma|cutlass"}
 LOOP_S = 2.0
 
 #: The child: sets up, warms up, then either loops ~LOOP_S s between "start" and "end"
@@ -280,6 +281,7 @@ def test_tier3_estimate_against_measured_and_the_runs_gpm(
                error_pct=round(error, 1), passes=est["passes"], launches=est["launches"],
                start_s=round(est["start_s"], 2),
                gpm_dram=(window or {}).get("dram_bw_pct"),
+               gpm_timed_share=(window or {}).get("timed_share_pct"),
                gpm_tensor=(window or {}).get("tensor_active_pct"),
                gpm_reason=repr((window or {}).get("reason", "")))
     print("\nTier 3: estimated before ncu started vs measured")

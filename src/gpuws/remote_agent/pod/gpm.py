@@ -117,8 +117,8 @@ def _one_line(text: str) -> str:
 
 def _why(nvml: Any, function: str, code: int) -> str:
     if code == -1:
-        return "%s is missing from the NVML library (a driver before R520 has no GPM)" % (
-            function)
+        return ("%s is missing from the NVML library (a driver older than NVML's GPM "
+                "interface)" % function)
     if code == _ERROR_NOT_SUPPORTED:
         return "NVML GPM is not supported on this GPU (%s: Hopper or newer is needed)" % (
             function)
