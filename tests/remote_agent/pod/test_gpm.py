@@ -17,6 +17,7 @@ tests/gpu/test_gpu_gpm.py.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shutil
 import subprocess
@@ -28,7 +29,11 @@ import msgspec
 import pytest
 
 from gpuws import protocol
-from gpuws.remote_agent.pod import gpm, gpuinfo
+from gpuws.remote_agent import runs
+from gpuws.remote_agent.measure import tiers
+from gpuws.remote_agent.pod import gpm, gpuinfo, gpusel
+from gpuws.remote_agent.worker import RunContext
+from remote_agent.pod.test_gpu_pinning_env import FAKE_TIER1  # type: ignore[import-not-found]
 
 STUB = r"""
 #include <stdlib.h>
@@ -225,3 +230,36 @@ def test_a_runs_gpm_evidence_for_a_verdict() -> None:
     # Decoded and re-encoded events (the laptop's store) give the same answer.
     stored = [msgspec.to_builtins(msgspec.convert(e, protocol.TierFinished)) for e in fin]
     assert gpm.from_events(stored)["dram_bw_pct"] == 89.0  # type: ignore[index]
+
+
+def test_tier1s_window_is_bracketed_by_gpm_on_the_worker(
+        gpm_lib: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's real Tier-1 path (tiers.tier1): the child's markers open and close the
+    GPM window and its figures leave on Tier 1's tier_finished. The child is the stand-in
+    Tier-1 child of test_gpu_pinning_env (CuPy on a GPU cannot run here): markers around a
+    0.45 s window, two 0.25 ms samples, a result."""
+    monkeypatch.setattr(gpuinfo, "_NVML", gpuinfo._NvmlState())
+    assert gpuinfo.nvml_session(gpm_lib) is not None  # the process's session: the stub
+    monkeypatch.setenv("GPUWS_POD_CACHE", str(tmp_path / "pod"))
+    runs.ensure_private_dir(runs.cache_root())
+    runs.ensure_private_dir(runs.runs_root())
+    rdir = Path(runs.run_dir("r-gpm"))
+    (rdir / "artifacts").mkdir(parents=True)
+    spec = {"workload": "builtin:saxpy", "tiers": [1]}
+    (rdir / "spec.json").write_text(json.dumps(spec))
+    log = runs.EventLog("r-gpm", str(rdir / "events.ndjson"))
+    ctx = RunContext("r-gpm", spec, log.append)
+    ctx.gpu = gpusel.Choice({"index": 0, "name": "Stub"}, True, [])
+    child = tmp_path / "tier1_child.py"
+    child.write_text(FAKE_TIER1)
+    monkeypatch.setattr(tiers, "child_argv", lambda ctx, mode, *a: [sys.executable, str(child)])
+    measured = tiers.tier1(ctx)
+    got = [protocol.decode_event(x) for x in (rdir / "events.ndjson").read_bytes().splitlines()]
+    fin = next(e for e in got if isinstance(e, protocol.TierFinished) and e.tier == 1)
+    g = fin.gpm
+    assert g is not None and g.reason == "" and g.window_s is not None
+    assert g.window_s >= 0.4  # the child's window, marker to marker
+    assert (g.sm_active_pct, g.dram_bw_pct, g.fp64_pct) == (15.0, 75.0, None)
+    assert g.timed_share_pct == pytest.approx(100 * 0.0005 / g.window_s)
+    assert measured["tier1_median_ms"] == 0.25 and measured["setup_s"] >= 0.15
+    assert live_samples(gpm_lib) == 0
