@@ -9,10 +9,13 @@ process several ways and asks ncu for each kernel's duration::
 
 Ways (median per-call µs, cold: L2 flushed clean before each sample):
 
-* ``tier1``     Tier 1's product path (:func:`run_tier1`, ``mode="cold"``) with the timed hold.
-* ``tier1_gate`` the same with the gate (``run_tier1(gate=make_gate())``).
-* ``hold``      flush, 1 ms timed hold kernel, events around one call (Tier 1's cold loop).
+* ``tier1``     Tier 1's product path (:func:`run_tier1`, ``mode="cold"``): the gate, and the
+                timer's own cost (an event pair around nothing) taken out of every sample.
+* ``tier1_gate`` the same with this bench's gate passed in.
+* ``hold``      flush, 1 ms timed hold kernel, events around one call (Tier 1's cold loop
+                before the gate), nothing taken out; the ways below take nothing out either.
 * ``nohold``    flush, events around one call: nothing hides the host's launch.
+* ``empty``     flush, gate, an event pair around nothing: the timer's own cost.
 * ``gate``      flush, a gate kernel that waits 1 ms *and* until the host has enqueued
                 the start event, the call and the stop event (nvbench's blocking kernel),
                 then events around one call.
@@ -196,6 +199,7 @@ def main() -> int:
         hold, gate = make_hold(), make_gate()
         ways: dict[str, list[float]] = {w: [] for w in WAYS}
         overheads: list[float] = []
+        empties: list[float] = []
         for _ in range(args.rounds):  # interleaved: a drift hits every way alike
             res = run_tier1(w, emit=lambda e: None, mode="cold", max_seconds=args.seconds,
                             target_ci=0.0005, min_samples=50)
@@ -211,6 +215,8 @@ def main() -> int:
             over, span = measure_event_overhead(CupyEventTimer(), flush=flush, wait=gate.close,
                                                 done=gate.open)
             overheads.append(over * 1000.0)
+            empties.append(statistics.median(loop(lambda: None, flush, seconds=0.3,
+                                                  gate=gate)))
         ref = ncu_us(args.ncu, path, str(w.kernel_regex))
         row: dict[str, Any] = {"workload": name, "ncu_us": ref,
                                "enqueue_us": enqueue_us(w.run)}
@@ -224,6 +230,11 @@ def main() -> int:
         corrected = row["tier1_gate_us"] - row["event_overhead_us"]
         row["corrected_us"] = corrected
         row["corrected_vs_ncu"] = (corrected / ref - 1.0) if ref else None
+        row["empty_us"] = statistics.median(empties)
+        row["empty_rounds"] = empties
+        minus_empty = row["tier1_gate_us"] - row["empty_us"]
+        row["minus_empty_us"] = minus_empty
+        row["minus_empty_vs_ncu"] = (minus_empty / ref - 1.0) if ref else None
         rows.append(row)
         print(json.dumps(row), flush=True)
     spin = spin_check(args.ncu)
@@ -239,6 +250,9 @@ def main() -> int:
             cells.append(f"{r[way + '_us']:7.2f} {d * 100:+5.2f}%" if d is not None
                          else f"{r[way + '_us']:7.2f}   n/a")
         ncu = f"{r['ncu_us']:8.2f}" if r["ncu_us"] else "     n/a"
+        d = r["minus_empty_vs_ncu"]
+        cells.append(f"empty {r['empty_us']:5.2f} -> {r['minus_empty_us']:7.2f}"
+                     + (f" {d * 100:+5.2f}%" if d is not None else ""))
         d = r["corrected_vs_ncu"]
         cells.append(f"overhead {r['event_overhead_us']:5.2f} -> {r['corrected_us']:7.2f}"
                      + (f" {d * 100:+5.2f}%" if d is not None else ""))

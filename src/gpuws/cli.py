@@ -50,7 +50,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
 
 
 def make_parser() -> argparse.ArgumentParser:
-    from .commands.common import add_connection_args, add_run_args
+    from .commands.common import add_connection_args, add_run_args, usd
 
     epilog = "exit status:\n" + "\n".join(f"  {code:>3}  {meaning}"
                                            for code, meaning in EXIT_CODES)
@@ -65,7 +65,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("connect", help="open the workstation on a pod (the TUI)")
     add_connection_args(p)
-    p.add_argument("--rate", type=float, help="the pod's price in USD per hour")
+    p.add_argument("--rate", type=usd, help="the pod's price in USD per hour")
     p.set_defaults(func=_tui("connect"))
 
     p = sub.add_parser("replay", help="play a recorded run through the live panes (the TUI)")

@@ -511,6 +511,10 @@ class Tier1Result(Event, kw_only=True, tag="tier1_result"):
     cold_gap_ms: float | None = None
     #: The clocks behind the figure (None: not readable, or an agent before this field).
     clocks: ClockRange | None = None
+    #: An event pair's own cost (ms), measured around nothing under the samples'
+    #: conditions and taken out of every sample before it was sent (None: an agent before
+    #: this field, whose samples still hold it).
+    timer_ms: float | None = None
 
 
 class KernelRow(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -261,3 +261,30 @@ def test_the_gate_refuses_a_baseline_from_another_gpu_model() -> None:
     # No model known on one side (runs recorded before the GPU was kept): gated as before.
     unknown = msgspec.structs.replace(other, gpu_a=cmp.RunGpu(), differences=[])
     assert not regression_gate(unknown, 5.0)[0]
+
+
+def test_a_run_with_the_timer_cost_taken_out_is_compared_with_it_put_back(
+        runs: Store, recorded: ModuleType) -> None:
+    """A run from an agent that takes the event pair's cost out (timer_ms) against one
+    from an older agent: 0.0016 ms less per call would otherwise read as a speed-up."""
+    lines = []
+    for line in recorded.saxpy_run("newagent", t0=recorded.T0 + 300, median_ms=0.2384,
+                                   n_samples=400, seed=3):
+        event = json.loads(line)
+        if event["type"] == "tier1_result":
+            event["timer_ms"] = 0.0016
+        lines.append(json.dumps(event).encode())
+    sid = runs.open_session("pod", "local", None, 3.99, started=recorded.T0 + 300)
+    runs.ingest_many(sid, lines)
+    c = compare_runs(runs, "base", "newagent")
+    assert c.tier1 is not None
+    assert c.tier1.median_b_ms == pytest.approx(0.240, rel=0.002)
+    assert any(d.startswith("only B had the timer's own cost (1.6 µs) taken out")
+               for d in c.differences)
+    # Put back, the two are the same code on the same footing: the gate may judge them.
+    failed, message = regression_gate(c, 5.0)
+    assert not failed, message
+    flipped = compare_runs(runs, "newagent", "base")
+    assert flipped.tier1 is not None and flipped.tier1.median_a_ms == pytest.approx(0.240,
+                                                                                     rel=0.002)
+    assert compare_runs(runs, "base", "same").tier1_caution == ""

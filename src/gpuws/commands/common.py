@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from ..client import AgentClient
+from ..errors import UsageError
 from ..transport import make_transport
 
 
@@ -50,14 +52,62 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
+def usd(text: str) -> float:
+    """argparse type of a price in US dollars: a finite number, zero or more. Checked as
+    the arguments are read, so a mistake costs no connection."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of dollars") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: a price must be a finite number ≥ 0")
+    return value
+
+
+def check_output(output: str | None) -> None:
+    """Refuse an ``-o`` path that cannot take a report, before any work is done.
+
+    Raises:
+        UsageError: the path is a directory, its directory does not exist or is not one,
+            or it cannot be written there.
+    """
+    if not output or output == "-":
+        return
+    path = Path(output)
+    parent = path.parent if str(path.parent) else Path(".")
+    remedy = "give -o a file path in an existing, writable directory (or - for stdout)"
+    if path.is_dir():
+        raise UsageError(f"{output} is a directory", remedy=remedy)
+    if not parent.exists():
+        raise UsageError(f"{output}: the directory {parent} does not exist", remedy=remedy)
+    if not parent.is_dir():
+        raise UsageError(f"{output}: {parent} is not a directory", remedy=remedy)
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists()
+                                                    and not os.access(path, os.W_OK)):
+        raise UsageError(f"{output}: not writable", remedy=remedy)
+
+
 def write_report(text: str, output: str | None) -> None:
-    """A markdown report to ``output`` (``-`` or None: stdout), written whole or not at all."""
+    """A markdown report to ``output`` (``-`` or None: stdout), written whole or not at all.
+
+    Raises:
+        UsageError: the file could not be written (nothing is left behind).
+    """
     if output and output != "-":
+        check_output(output)
         path = Path(output)
+        data = text.encode()
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)  # never leave a half-written report behind
-        console(stderr=True).print(f"wrote {path} ({len(text)} bytes)")
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, path)  # never leave a half-written report behind
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise UsageError(f"{output}: {exc.strerror or exc}",
+                             remedy="give -o a writable file path (or - for stdout)") from exc
+        # A path is not markup, and wrapping it would cut it for whoever copies it.
+        console(stderr=True).print(f"wrote {path} ({len(data):,} bytes)", markup=False,
+                                   highlight=False, soft_wrap=True)
     else:
         sys.stdout.write(text)
 
@@ -119,7 +169,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="install the CuPy wheel that fits the driver if the pod has none")
     p.add_argument("--env", action="append", default=[], metavar="K=V",
                    help="environment for the workload (repeatable)")
-    p.add_argument("--rate", type=float, help="the pod's price in USD per hour")
+    p.add_argument("--rate", type=usd, help="the pod's price in USD per hour")
     p.add_argument("--detach", action="store_true",
                    help="start the run, print its id and return; it goes on on the pod")
     p.add_argument("--no-pull", action="store_true", help="leave the artifacts on the pod")

@@ -48,7 +48,7 @@ from ..sessions.store import FleetRow, Store
 from ..text import humanfmt
 from ..text.textsafe import text as safe
 from ..text.textsafe import visible
-from .common import console, print_json, write_report
+from .common import check_output, console, print_json, write_report
 from .run import build_spec, target_of
 
 #: The exit status when one or more pods of a fleet gave no result (README, cli.EXIT_CODES).
@@ -502,6 +502,7 @@ async def fleets(args: argparse.Namespace) -> int:
 
 async def export(args: argparse.Namespace) -> int:
     """``gpuws export --fleet ID``: the fleet's comparison as markdown."""
+    check_output(args.output)
     with Store() as store:
         fleet = find_fleet(store, args.fleet)
         text = export_fleet(store, fleet.id)

@@ -22,7 +22,7 @@ from ..sessions.export import export_session
 from ..sessions.runlist import RUN_LISTING_REMEDY, RunSummary, list_runs
 from ..sessions.store import RunRow, SessionRow, Store
 from ..text import humanfmt
-from .common import console, print_json, write_report
+from .common import check_output, console, print_json, write_report
 
 
 def find_run(store: Store, run_id: str) -> RunRow:
@@ -139,6 +139,7 @@ def _median(r: RunSummary) -> str:
 
 
 async def export(args: argparse.Namespace) -> int:
+    check_output(args.output)
     with Store() as store:
         session = find_session(store, args.session)
         text = export_session(store, session.id)

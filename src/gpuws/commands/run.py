@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import protocol, runspec
-from ..errors import ConnectError, RunError, StoreError, UsageError
+from ..errors import AgentError, ConnectError, RunError, StoreError, UsageError
 from ..gpu import clocks, evidence, gpus
 from ..live.boundary import SeqGate
 from ..live.engine import Engine, Notice
@@ -89,7 +89,8 @@ class Printer:
         if notice.severity == "information" and notice.kind != "reconnected":
             return
         style = {"error": "red", "warning": "yellow"}.get(notice.severity, "dim")
-        self.err.print(Text(f"gpuws: {notice.message}", style=style))
+        # One line each, unwrapped: a script reads them line by line.
+        self.err.print(Text(f"gpuws: {notice.message}", style=style), soft_wrap=True)
 
     def show(self, ev: protocol.Events) -> None:
         if isinstance(ev, protocol.RunStarted):
@@ -325,6 +326,13 @@ async def finish_run(args: argparse.Namespace, engine: Engine, run_id: str,
     for res in outcome.results:
         out.print(Text(f"  pulled {visible(res.name)} → {res.local_path}"))
     code = 0 if fin.status == "ok" else RunError.exit_code
+    if code:
+        # As every failure: one line on stderr with the exit code, whatever stdout showed.
+        why = visible(fin.error, 300) if fin.error else f"it ended {fin.status}"
+        sys.stderr.write("gpuws: " + RunError(
+            f"run {run_id} {fin.status}: {why}",
+            remedy="`gpuws export` or `gpuws history` shows what it recorded").one_line()
+            + "\n")
     if outcome.error is not None:
         code = code or outcome.error.exit_code
     if getattr(args, "baseline", None):
@@ -403,29 +411,53 @@ async def attach(args: argparse.Namespace) -> int:
     printer = Printer(args.json)
     engine = make_engine(args, printer)
     _on_sigterm(asyncio.current_task())
+    refused: str | None = None  # the session of an attach the pod refused
     try:
         await engine.connect(target_of(args))
         printer.rate = engine.link.rate if engine.link is not None else None
-        run_id = await engine.store.call(lambda s: _known_run(s, args.run_id))
-        await engine.attach(run_id, from_seq=args.from_seq)
+        run_id, stored = await engine.store.call(lambda s: _known_run(s, args.run_id))
+        try:
+            await engine.attach(run_id, from_seq=args.from_seq)
+        except AgentError as exc:
+            if exc.code != "no_such_run":
+                raise
+            refused = engine.session_id
+            if stored:
+                raise  # the laptop holds it and the pod lost it (a reboot): not a typo
+            raise unknown_run(args.run_id, args.host) from exc
         return await _follow(args, engine, run_id)
     finally:
         await engine.close()
+        if refused is not None:
+            sid = refused
+            await engine.store.call(lambda s: s.discard_if_empty(sid))
         await engine.store.close()
 
 
-def _known_run(store: Store, run_id: str) -> str:
-    """The full id of a stored run given by prefix, or the id as typed (a run not stored yet)."""
+def unknown_run(run_id: str, host: str) -> UsageError:
+    """An id neither the laptop nor the pod knows: a mistake, refused as other ids are."""
+    return UsageError(f"no run {visible(run_id, 80)} on {visible(host, 80)} or in the store",
+                      remedy=f"`gpuws runs {visible(host, 80)}` lists the pod's runs, "
+                             "`gpuws history` the stored ones")
+
+
+def _known_run(store: Store, run_id: str) -> tuple[str, bool]:
+    """The full id of a stored run given by prefix (and True), or the id as typed and False
+    (a run not stored yet)."""
     try:
-        return store.run(run_id).run_id
+        return store.run(run_id).run_id, True
     except StoreError:
-        return run_id
+        return run_id, False
 
 
 async def cancel(args: argparse.Namespace) -> int:
     client = await connect(args)
     try:
         info = await client.cancel(args.run_id)
+    except AgentError as exc:
+        if exc.code != "no_such_run":
+            raise
+        raise unknown_run(args.run_id, args.host) from exc
     finally:
         await client.close()
     console(markup=False).print(Text(f"{visible(info.run_id)}: {visible(info.status)}"))

@@ -30,8 +30,9 @@ from ..client import AgentClient
 from ..config import load_config
 from ..errors import ConnectError, GpuwsError, ProtocolError, StoreError, UsageError
 from ..sessions.artifacts import Progress, PullResult, pull_run
-from ..sessions.cost import resolve_budget, resolve_rate
+from ..sessions.cost import BUDGET_WARN_FRACTION, resolve_budget, resolve_rate
 from ..sessions.store import Store
+from ..text import humanfmt
 from ..text.textsafe import visible
 from .boundary import RUN_ID_PATTERN as _RUN_ID
 from .boundary import Boundary
@@ -49,7 +50,8 @@ class Notice:
 
     Attributes:
         kind: ``refused``, ``conflict``, ``link_lost``, ``reconnecting``,
-            ``reconnected``, ``gave_up``, ``store_failed``, ``pulled``, ``pull_failed``.
+            ``reconnected``, ``gave_up``, ``store_failed``, ``pulled``, ``pull_failed``,
+            ``budget``.
         message: one line, already made safe to show (:func:`gpuws.text.textsafe.visible`).
         severity: how loudly to show it.
         run_id: the run it concerns, if one.
@@ -230,6 +232,8 @@ class Engine:
         session_id = await self.store.call(record)
         self._lease = SessionLease(session_id)
         self.feed.set_session(session_id)
+        if rate and budget is not None:
+            self._spawn(self._watch_budget(rate, budget, started_wall), "gpuws-budget")
         return Link(target, client, probe, session_id, rate, budget)
 
     def _attach_client(self, link: Link) -> None:
@@ -556,6 +560,21 @@ class Engine:
                                remedy="connect first"
                                + (" (reconnecting now…)" if self.reconnecting else ""))
         return self.link
+
+    async def _watch_budget(self, rate: float, budget: float, started_wall: float) -> None:
+        """Say so, to every face, when the session's cost reaches 80% and then 100% of its
+        budget (cost accrues for connected wall time at ``rate``: the moments are known in
+        advance, so nothing polls). Headless runs were silent about it before."""
+        steps: tuple[tuple[float, Severity], ...] = ((BUDGET_WARN_FRACTION, "warning"),
+                                                     (1.0, "error"))
+        for fraction, severity in steps:
+            at = started_wall + fraction * budget / rate * 3600.0
+            await asyncio.sleep(max(0.0, at - self.now()))
+            spent = rate * (self.now() - started_wall) / 3600.0
+            self._notice(severity, "budget", (
+                f"this session has cost {humanfmt.usd(spent)}, {fraction:.0%} of its "
+                f"{humanfmt.usd(budget)} budget at {humanfmt.usd(rate)}/h: the pod keeps "
+                "billing until it is stopped"))
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)

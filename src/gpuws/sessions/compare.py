@@ -188,6 +188,8 @@ def compare_runs(store: Store, a: str, b: str) -> Comparison:
     """
     run_a, run_b = store.run(a), store.run(b)
     samples_a, samples_b = store.samples(run_a.run_id), store.samples(run_b.run_id)
+    result_a, result_b = store.tier1(run_a.run_id), store.tier1(run_b.run_id)
+    samples_a, samples_b, timer_note = _same_timer(samples_a, result_a, samples_b, result_b)
     missing = [r.run_id for r, s in ((run_a, samples_a), (run_b, samples_b)) if not s]
     tier1 = None
     reason = ""
@@ -198,7 +200,6 @@ def compare_runs(store: Store, a: str, b: str) -> Comparison:
         tier1 = compare_samples(samples_a, samples_b, label_a=run_a.run_id,
                                 label_b=run_b.run_id)
     caution = ""
-    result_a, result_b = store.tier1(run_a.run_id), store.tier1(run_b.run_id)
     if tier1 is not None and result_a and result_b and result_a.mode != result_b.mode:
         caution = (f"{run_a.run_id} was timed {result_a.mode} and {run_b.run_id} "
                    f"{result_b.mode}: the medians differ by how they were taken; rerun one "
@@ -223,8 +224,34 @@ def compare_runs(store: Store, a: str, b: str) -> Comparison:
                       gpu_a=gpu_a, gpu_b=gpu_b, clocks_a=clocks_a, clocks_b=clocks_b,
                       clock_caution_a=clocks.caution(clocks_a) or "",
                       clock_caution_b=clocks.caution(clocks_b) or "",
-                      differences=gpu_differences(gpu_a, gpu_b, clocks_a, clocks_b),
+                      differences=gpu_differences(gpu_a, gpu_b, clocks_a, clocks_b)
+                      + ([timer_note] if timer_note and tier1 is not None else []),
                       cycle_ratio=ratio, cycle_note=note)
+
+
+def _same_timer(samples_a: list[float], result_a: protocol.Tier1Result | None,
+                samples_b: list[float], result_b: protocol.Tier1Result | None,
+                ) -> tuple[list[float], list[float], str]:
+    """The two runs' samples on the same footing, and a line saying so when it took work.
+
+    Agents since ``Tier1Result.timer_ms`` take the event pair's own cost (~1.6 µs on an
+    H100) out of every sample; older ones did not. Set side by side, that alone would
+    read as a speed-up of a fast kernel, so the newer run's cost goes back in.
+    """
+    ta = result_a.timer_ms if result_a is not None else None
+    tb = result_b.timer_ms if result_b is not None else None
+    if result_a is None or result_b is None or (ta is None) == (tb is None):
+        return samples_a, samples_b, ""
+    if ta is not None:
+        samples_a = [v + ta / result_a.batch for v in samples_a]
+        newer, cost = "A", ta
+    else:
+        assert tb is not None
+        samples_b = [v + tb / result_b.batch for v in samples_b]
+        newer, cost = "B", tb
+    return samples_a, samples_b, (
+        f"only {newer} had the timer's own cost ({humanfmt.ms(cost)}) taken out "
+        "of its samples; it is put back for this comparison")
 
 
 def _cycles(median_ms: float, clock: protocol.ClockRange | None) -> str:

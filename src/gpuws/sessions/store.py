@@ -25,7 +25,7 @@ from typing import Any, get_args
 import msgspec
 
 from gpuws import protocol
-from gpuws.errors import StoreError, TransferError
+from gpuws.errors import StoreError, TransferError, UsageError
 from gpuws.locations import db_path, ensure_private_dir
 
 #: Anything ``ingest`` takes: a decoded event, or the raw JSON line it came from (stored
@@ -416,6 +416,24 @@ class Store:
                         (time.time() if ended is None else ended,
                          self._require_session(cur, session_id)))
 
+    def discard_if_empty(self, session_id: str) -> bool:
+        """Remove a session that holds no run (a connection that did nothing, such as an
+        attach to an id the pod does not have), so it does not clutter the listings.
+
+        Returns:
+            Whether the session was removed.
+        """
+        with self._transaction() as cur:
+            if cur.execute("SELECT 1 FROM runs WHERE session_id = ? LIMIT 1",
+                           (session_id,)).fetchone() is not None:
+                return False
+            if cur.execute("SELECT 1 FROM fleet_pods WHERE session_id = ? LIMIT 1",
+                           (session_id,)).fetchone() is not None:
+                return False
+            cur.execute("DELETE FROM phases WHERE session_id = ?", (session_id,))
+            cur.execute("DELETE FROM diagnoses WHERE session_id = ?", (session_id,))
+            return cur.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+
     def open_sessions(self) -> list[str]:
         """Ids of the sessions not ended yet (live, or left open by a killed process)."""
         return [str(r[0]) for r in self._conn.execute(
@@ -611,8 +629,17 @@ class Store:
         """Mark (or unmark) a run as the baseline for its workload.
 
         Runs of the same workload that start later are compared with the latest baseline.
+
+        Raises:
+            UsageError: marking a run that did not finish ok: later runs would be judged
+                against a figure that is missing or wrong.
         """
-        rid = self.run(run_id).run_id
+        row = self.run(run_id)
+        rid = row.run_id
+        if on and row.status != "ok":
+            raise UsageError(f"{rid} {row.status} and cannot be a baseline",
+                             remedy="mark a run that finished ok (`gpuws history` shows each "
+                                    "run's status)")
         with self._transaction() as cur:
             cur.execute("UPDATE runs SET is_baseline = ? WHERE run_id = ?", (int(on), rid))
 

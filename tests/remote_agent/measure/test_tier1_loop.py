@@ -24,6 +24,7 @@ from gpuws.remote_agent.measure.tier1 import (
     BATCH_BELOW_MS,
     COLD_GAP_MS,
     ROUND_MAX_SAMPLES,
+    TIMER_SAMPLES,
     L2Flush,
     datasheet_peaks,
     derive_rates,
@@ -42,8 +43,9 @@ class FakeGpu:
     """Deterministic CUDA events + clock. Times in ms; the clock in seconds."""
 
     def __init__(self, call_ms: float, *, launch_ms: float = 0.0, noise: float = 0.0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, event_ms: float = 0.0) -> None:
         self.call_ms = call_ms
+        self.event_ms = event_ms  # what an event pair reads beyond the work it brackets
         self.launch_ms = launch_ms
         self.noise = noise
         self.rng = random.Random(seed)
@@ -85,6 +87,7 @@ class FakeGpu:
             if held < calls * self.launch_ms and i not in self._gated_pairs:
                 gpu = max(gpu, calls * self.launch_ms)
             gpu *= 1.0 + self.noise * self.rng.random()
+            gpu += self.event_ms
             out.append(gpu)
             self.now += (gpu + held) / 1000.0
         self._pairs = []
@@ -157,12 +160,14 @@ def test_without_a_hold_the_host_sets_the_pace() -> None:
 
 
 def _cold_sample_order(gpu: FakeGpu, n: int) -> None:
-    """Every sample is flush → hold(COLD_GAP_MS) → start → one run → stop."""
+    """The timer's empty pairs, then every sample, each flush → hold(COLD_GAP_MS) → start
+    → one run → stop: the empty pairs are taken as the samples are."""
     ops = gpu.ops
-    assert ops.count("flush") == n
+    assert ops.count("flush") == TIMER_SAMPLES + n
     text = " ".join(ops[ops.index("flush"):])
-    assert text == " ".join(["flush hold start run stop"] * n)
-    assert gpu.holds[-n:] == [COLD_GAP_MS] * n
+    assert text == " ".join(["flush hold start stop"] * TIMER_SAMPLES
+                            + ["flush hold start run stop"] * n)
+    assert gpu.holds[-n - TIMER_SAMPLES:] == [COLD_GAP_MS] * (n + TIMER_SAMPLES)
 
 
 def test_cold_flushes_and_idles_before_every_sample_outside_the_timed_region() -> None:
@@ -397,3 +402,28 @@ def test_short_calls_batch_behind_a_gate_sized_like_the_hold() -> None:
     assert all(math.isclose(v, 0.002) for v in result.samples_ms)
     sample = "gate start " + "run " * 25 + "stop open"
     assert sample in " ".join(gpu.ops)
+
+
+def test_the_timers_own_cost_leaves_every_sample() -> None:
+    """Events that read 1.6 µs beyond the work (an H100's, bench/tier1_launch_bias.py):
+    cold single calls and hot batches both come out at the work's own time, and the cost
+    taken out is reported."""
+    cold = FakeGpu(0.095, event_ms=0.0016)
+    result, _ = _loop(cold, mode="cold", flush=cold.flush, gate=cold, min_samples=20)
+    assert result.timer_ms == pytest.approx(0.0016)
+    assert result.samples_ms == pytest.approx([0.095] * len(result.samples_ms))
+    hot = FakeGpu(0.002, launch_ms=0.005, event_ms=0.0016)
+    result, _ = _loop(hot, gate=hot, warmup=3)
+    assert result.batch > 1
+    # Without the subtraction a batch of B would read 0.002 + 0.0016 / B per call.
+    assert result.samples_ms == pytest.approx([0.002] * len(result.samples_ms), rel=1e-6)
+
+
+def test_run_tier1_reports_the_timer_cost_it_took_out() -> None:
+    gpu = FakeGpu(0.2, event_ms=0.0016)
+    w = _fake_workload(gpu, make_builtin("saxpy"))
+    res = run_tier1(w, emit=lambda e: None, timer=gpu, gate=gpu, clock=gpu.clock,
+                    flush=L2Flush(gpu.flush, 100 * 2**20, "read"))
+    decoded = msgspec.convert(res, protocol.Tier1Result)
+    assert decoded.timer_ms == pytest.approx(0.0016)
+    assert decoded.stats.median_ms == pytest.approx(0.2, rel=0.01)

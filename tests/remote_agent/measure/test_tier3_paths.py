@@ -63,6 +63,9 @@ class FakePod:
     def nsys(self) -> None:
         return None
 
+    def nsys_passed_over(self) -> str | None:
+        return None
+
 
 @pytest.fixture
 def ctx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunContext:

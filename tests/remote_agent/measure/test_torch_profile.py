@@ -180,6 +180,9 @@ class NoToolsPod:
     def nsys(self) -> None:
         return None
 
+    def nsys_passed_over(self) -> str | None:
+        return None
+
     def select_ncu(self, exclude: list[str]) -> dict[str, Any]:
         return {"selected": None, "reason": "no ncu here"}
 

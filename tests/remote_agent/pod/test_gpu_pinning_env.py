@@ -77,6 +77,15 @@ class FakePod:
     def nsys(self) -> str | None:
         return self._nsys
 
+    def nsys_passed_over(self) -> str | None:
+        return None
+
+    def nsys_version(self, path: str) -> str | None:
+        return None
+
+    def program_cuda(self) -> str | None:
+        return None
+
     def has_package(self, name: str) -> bool:
         return False
 

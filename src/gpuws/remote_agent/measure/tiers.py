@@ -14,7 +14,7 @@ import shutil
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from .. import procs, wire
+from .. import procs, runs, wire
 from ..pod import clocks, gpm, gpusel, pythons
 
 if TYPE_CHECKING:
@@ -68,9 +68,49 @@ class Pod:
         return bool(self.facts.get("gpus"))
 
     def nsys(self) -> Optional[str]:
+        """The nsys Tier 2 runs: of those that work and did not trace a program of this
+        CUDA only in part on this pod before, one whose CUPTI is as new as the driver's CUDA
+        where there is one (a program may use all the driver offers), else the newest
+        CUPTI (a trace of a newer program may be partial, and is said so)."""
+        from ..profilers.nsys_output import learnt, nsys_cupti
+
+        usable = [str(i["path"]) for i in self.facts.get("nsys") or [] if not i.get("error")]
+        program = self.program_cuda()
+        partial = learnt(runs.cache_root())
+        usable = [p for p in usable if program is None or program not in partial.get(p, [])]
+        if len(usable) < 2:
+            return usable[0] if usable else None
+        cuptis = {p: nsys_cupti(p) or (0, 0) for p in usable}
+        driver = _major_minor(self.facts.get("cuda_driver"))
+        fits = [p for p in usable if driver is not None and cuptis[p] >= driver]
+        return fits[0] if fits else max(usable, key=lambda p: cuptis[p])
+
+    def nsys_passed_over(self) -> Optional[str]:
+        """Why no nsys runs although the pod has a working one (what this pod learnt)."""
+        from ..profilers.nsys_output import learnt
+
+        program = self.program_cuda()
+        partial = learnt(runs.cache_root())
+        skipped = [str(i["path"]) for i in self.facts.get("nsys") or []
+                   if not i.get("error") and program in partial.get(str(i["path"]), [])]
+        if not skipped or program is None:
+            return None
+        return ("nsys %s traced a CUDA %s program only in part on this pod before: not used "
+                "(an nsys from a CUDA release at least as new traces it whole)"
+                % (self.nsys_version(skipped[0]) or skipped[0], program))
+
+    def nsys_version(self, path: str) -> Optional[str]:
         for inst in self.facts.get("nsys") or []:
-            if not inst.get("error"):
-                return str(inst["path"])
+            if inst.get("path") == path and inst.get("version"):
+                return str(inst["version"])
+        return None
+
+    def program_cuda(self) -> Optional[str]:
+        """The CUDA the workloads' torch (else CuPy) was built for, as the probe read it."""
+        for name in ("torch", "cupy"):
+            for pkg in self.facts.get("python_packages") or []:
+                if str(pkg.get("name", "")).startswith(name) and pkg.get("cuda"):
+                    return str(pkg["cuda"])
         return None
 
     def select_ncu(self, exclude: List[str]) -> Dict[str, Any]:
@@ -381,11 +421,11 @@ def tier2(ctx: "RunContext", pod: Pod, target: List[str], *, python: bool,
     nsys = pod.nsys()
     if nsys:
         ran = True
-        found = tier2_nsys(ctx, nsys, target, python, tried)
+        found = tier2_nsys(ctx, pod, nsys, target, python, tried)
         if found is not None:
             return finish_tier2(ctx, t0, found[0], "nsys", tried, found[1])
     else:
-        tried.append("nsys: not installed on the pod")
+        tried.append(pod.nsys_passed_over() or "nsys: not installed on the pod")
     if python and torch_argv and pod.has_package("torch"):
         ran = True
         found = tier2_torch(ctx, torch_argv, False, tried)
@@ -480,10 +520,16 @@ def tier2_recorded(ctx: "RunContext", out: str, tried: List[str]
     return torch_table(ctx, out, True, tried)
 
 
-def tier2_nsys(ctx: "RunContext", nsys: str, target: List[str], python: bool,
+def tier2_nsys(ctx: "RunContext", pod: Pod, nsys: str, target: List[str], python: bool,
                tried: List[str]) -> Optional[Tuple[List[Dict[str, Any]], Dict[str, Any]]]:
-    """nsys profile + stats: the ranked rows and the timeline's idle/memcpy shares."""
-    from .tier2_parse import parse_nsys_kern_sum_csv, rank_kernels
+    """nsys profile + stats: the ranked rows and the timeline's idle/memcpy shares.
+
+    A run nsys traced only in part (a program newer than its CUPTI) or could not import
+    is said in one line (``tried``) and gives None, so Tier 2 falls back instead of
+    showing a table that misses kernels.
+    """
+    from ..profilers import nsys_output
+    from .tier2_parse import parse_nsys_kern_sum_csv, parse_nsys_sqlite, rank_kernels
 
     base = os.path.join(ctx.artifact_dir, "timeline")
     argv = [nsys, "profile", "--trace=cuda", "--force-overwrite=true", "--export=sqlite",
@@ -495,9 +541,18 @@ def tier2_nsys(ctx: "RunContext", nsys: str, target: List[str], python: bool,
     res = procs.run_streaming(argv, emit=ctx.emit, tier=2, cwd=ctx.run_dir, env=ctx.env,
                               timeout_s=ctx.spec.get("timeout_s"))
     rep = base + ".nsys-rep"
+    said = nsys_output.diagnose(res.stdout_tail + "\n" + res.stderr_tail,
+                                pod.nsys_version(nsys), nsys_output.nsys_cupti(nsys),
+                                pod.program_cuda())
     if res.returncode != 0 or not os.path.exists(rep):
         # Seen on real pods: nsys exists, runs, and leaves only a .qdstrm behind.
-        tried.append("nsys: no report came out (exit %d)" % res.returncode)
+        tried.append("nsys: no report came out (exit %d)%s" % (
+            res.returncode, ": " + said if said else ""))
+        return None
+    if said is not None:
+        tried.append(said)
+        if os.path.exists(rep):  # traced in part, not failed: not worth a retry here
+            nsys_output.remember_partial(runs.cache_root(), nsys, pod.program_cuda())
         return None
     for report in ("cuda_gpu_kern_sum", "gpukernsum"):
         stats = procs.run_streaming([nsys, "stats", "--report", report, "--format", "csv",
@@ -511,8 +566,6 @@ def tier2_nsys(ctx: "RunContext", nsys: str, target: List[str], python: bool,
             extra: Dict[str, Any] = {}
             sqlite = base + ".sqlite"
             if os.path.exists(sqlite):
-                from .tier2_parse import parse_nsys_sqlite
-
                 try:
                     tl = parse_nsys_sqlite(sqlite)
                     extra = {k: tl.get(k) for k in ("gpu_idle_pct", "memcpy_pct")}
@@ -520,8 +573,22 @@ def tier2_nsys(ctx: "RunContext", nsys: str, target: List[str], python: bool,
                     pass
             ctx.announce_artifacts()
             return rank_kernels(rows), extra
-    tried.append("nsys stats: neither cuda_gpu_kern_sum nor gpukernsum gave a table")
-    return None
+    # nsys stats runs its reports under the pod's python3 with modules a distribution may
+    # package apart (Debian's nsysstats): the export the profile left is the same data.
+    sqlite = base + ".sqlite"
+    try:
+        tl = parse_nsys_sqlite(sqlite)
+    except (ValueError, OSError) as exc:
+        tried.append("nsys stats: neither cuda_gpu_kern_sum nor gpukernsum gave a table, "
+                     "and the SQLite export could not be read (%s)" % exc)
+        return None
+    if not tl.get("kernels"):
+        tried.append("nsys: the trace holds no CUDA kernel")
+        return None
+    ctx.emit(wire.make("log", level="info", message=(
+        "nsys stats gave no table; the kernel table is read from nsys's SQLite export")))
+    ctx.announce_artifacts()
+    return rank_kernels(tl["kernels"]), {k: tl.get(k) for k in ("gpu_idle_pct", "memcpy_pct")}
 
 
 def tier2_ncu(ctx: "RunContext", ncu: str, target: List[str], python: bool,
@@ -775,3 +842,12 @@ def read_report(ctx: "RunContext", ncu: str, rep: str) -> List[Dict[str, Any]]:
     for launch, with_rules in zip(launches, rules):
         launch["rules"] = with_rules.get("rules", [])
     return launches
+
+
+def _major_minor(text: Optional[str]) -> Optional[Tuple[int, int]]:
+    """``"13.0"`` → ``(13, 0)``; None for anything else."""
+    parts = str(text or "").split(".")
+    try:
+        return (int(parts[0]), int(parts[1])) if len(parts) >= 2 else None
+    except ValueError:
+        return None
