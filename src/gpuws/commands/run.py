@@ -64,6 +64,8 @@ class Printer:
         self.rate: float | None = None
         #: Per run: Tier 1's mode (cold windows hold flushes and idle), for GPM's line.
         self._modes: dict[str, str] = {}
+        #: Per run: Tier 3's estimate, set beside the time Tier 3 took.
+        self._estimates: dict[str, protocol.Tier3Estimate] = {}
 
     def batch(self, batch: Batch) -> None:
         """The engine's ``on_batch``: print each event not printed before."""
@@ -110,6 +112,7 @@ class Printer:
                     line.append_text(safe("  $ " + " ".join(ev.argv), "dim"))
                 o.print(line)
                 if ev.estimate is not None:
+                    self._estimates[ev.run_id or ""] = ev.estimate
                     for text in estimate_lines(ev.estimate, self.rate):
                         o.print(text)
             case protocol.TierFinished():
@@ -120,6 +123,10 @@ class Printer:
                                      f" in {humanfmt.duration(ev.wall_s)}{gpu}")
                 if ev.reason:
                     line.append_text(Text.assemble(" — ", safe(ev.reason)))
+                est = self._estimates.get(ev.run_id or "") if ev.tier == 3 else None
+                against = evidence.estimate_against(est, ev) if est is not None else None
+                if against is not None:
+                    line.append_text(Text(f" ({against})", "dim"))
                 o.print(line)
                 gpm = evidence.gpm_line(ev.gpm, evidence.gpm_over(
                     ev.tier, self._modes.get(ev.run_id or "")))

@@ -115,6 +115,15 @@ def estimate_line(est: protocol.Tier3Estimate, rate_usd_per_hour: float | None) 
             f"report{budget}")
 
 
+def estimate_against(est: protocol.Tier3Estimate, fin: protocol.TierFinished) -> str | None:
+    """``estimated 3.84 s, −17%``: the estimate beside the time Tier 3 took (None when
+    ncu did not run: a skipped Tier 3 took nothing to compare)."""
+    if fin.status == "skipped" or fin.wall_s <= 0:
+        return None
+    error = (est.seconds - fin.wall_s) / fin.wall_s * 100.0
+    return f"estimated {humanfmt.duration(est.seconds)}, {error:+.0f}%"
+
+
 def estimate_bases(est: protocol.Tier3Estimate) -> list[str]:
     """Where each input came from, one line each (for details and the export)."""
     return [visible(f"{what}: {basis}", 400) for what, basis in (

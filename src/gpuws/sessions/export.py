@@ -375,10 +375,9 @@ def _estimate(est: protocol.Tier3Estimate | None, fin: protocol.TierFinished | N
     assert est is not None
     out = [_esc(evidence.estimate_line(est, rate)) + ".", ""]
     out += [f"- {_esc(b)}" for b in evidence.estimate_bases(est)]
-    if fin is not None and fin.status != "skipped" and fin.wall_s > 0:
-        error = (est.seconds - fin.wall_s) / fin.wall_s * 100.0
-        out += ["", _esc(f"Tier 3 took {_dur(fin.wall_s)}: the estimate was off by "
-                         f"{error:+.0f}%.")]
+    against = evidence.estimate_against(est, fin) if fin is not None else None
+    if fin is not None and against is not None:
+        out += ["", _esc(f"Tier 3 took {_dur(fin.wall_s)} ({against}).")]
     return out
 
 
