@@ -19,6 +19,7 @@ import pytest
 from gpuws import protocol
 from gpuws.remote_agent import runs
 from gpuws.remote_agent.measure import tier3_cost, tiers
+from gpuws.remote_agent.pod import gpusel
 from gpuws.remote_agent.profilers.ncu_cmd import DEFAULT_SECTIONS
 from gpuws.remote_agent.worker import RunContext
 from remote_agent.measure.test_tier3_paths import (  # type: ignore[import-not-found]
@@ -190,3 +191,47 @@ def test_tier1s_gpm_says_how_much_of_its_window_the_timed_calls_took() -> None:
     assert got["dram_bw_pct"] == 40.0
     assert tiers.with_timed_share({"window_s": 0.5}, 9.0)["timed_share_pct"] == 100.0
     assert "timed_share_pct" not in tiers.with_timed_share({"reason": "no GPM"}, 1.0)
+
+
+def test_the_pod_learns_the_passes_ncu_took_for_a_plan(ctx: RunContext, tmp_path: Path) -> None:
+    """ncu's own count (its ==PROF== line, as tests/fixtures/recorded's saxpy run printed
+    it: 20 passes for the six focused sections) is what the next estimate uses."""
+    rec = recorded()
+    said = (f'==PROF== Connected to process 671 (/usr/bin/python3.12)\n'
+            f'==PROF== Profiling "saxpy": 0%....50%....100% - {rec["passes"]} passes\n'
+            f'==PROF== Disconnected from process 671\n')
+    ncu = fake_ncu(tmp_path / "ncu", said, 0, report=True)
+    ctx.gpu = gpusel.Choice({"index": 0, "compute_capability": "9.0"}, True, [])
+    ctx.spec.update(ncu_sections=SIX[::-1])  # the same sections in another order
+    first = tier3_cost.learnt(runs.cache_root())
+    tiers.tier3(ctx, FakePod([ncu]), ["/bin/true"], rec["table"], "saxpy", python=False,
+                measured={"setup_s": 1.0})
+    learnt = tier3_cost.learnt(runs.cache_root())
+    assert first == {} and learnt == {"9.0|sections:" + ",".join(sorted(SIX)): 20}
+    ctx.spec.update(ncu_sections=SIX)
+    tiers.tier3(ctx, FakePod([ncu]), ["/bin/true"], rec["table"], "saxpy", python=False,
+                measured={"setup_s": 1.0})
+    ests = [e.estimate for e in events(ctx) if isinstance(e, protocol.TierStarted)
+            and e.estimate is not None]
+    assert ests[-1] is not None and ests[-1].passes == 20
+    assert "on this pod before" in ests[-1].passes_basis
+    # A cheaper plan with other sections does not borrow this plan's count.
+    assert any(p.startswith("--ncu-sections SpeedOfLight (10 passes)")
+               for p in ests[-1].cheaper)
+    # Another GPU architecture has learnt nothing.
+    ctx.gpu = gpusel.Choice({"index": 0, "compute_capability": "8.0"}, True, [])
+    other = tiers.tier3_estimate(ctx, rec["table"], "saxpy", {})
+    assert "on this pod" not in other["passes_basis"]
+    assert tier3_cost.PASSES_SOURCE in other["passes_basis"]
+
+
+def test_a_broken_or_hostile_learnt_file_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / tier3_cost.LEARNT_FILE
+    path.write_text("{not json")
+    assert tier3_cost.learnt(str(tmp_path)) == {}
+    path.write_text(json.dumps({"a": 2**40, "b": -1, "c": "27", "d": 27}))
+    assert tier3_cost.learnt(str(tmp_path)) == {"d": 27}
+    for i in range(tier3_cost.MAX_LEARNT + 5):
+        tier3_cost.remember_passes(str(tmp_path), f"k{i}", 10)
+    kept = tier3_cost.learnt(str(tmp_path))
+    assert len(kept) == tier3_cost.MAX_LEARNT and f"k{tier3_cost.MAX_LEARNT + 4}" in kept

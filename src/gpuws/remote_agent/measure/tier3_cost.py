@@ -9,7 +9,9 @@ reprograms the counters. So the estimate is
 with every input measured where it can be (a ``protocol.Tier3Estimate`` dict, each figure
 with its basis):
 
-- *passes* for the chosen sections: ncu 2025.3.1 on an H200 (docs/performance.md,
+- *passes* for the chosen sections: what ncu said on this pod for the same sections and
+  GPU architecture (learnt from its ``==PROF==`` lines, :func:`remember_passes`), else
+  ncu 2025.3.1 on an H200 (docs/performance.md,
   ``bench/tier3_sections.py``): gpuws's default sections 27, the six the design names 20,
   ``--set full`` 38; SpeedOfLight 10, ComputeWorkloadAnalysis 11, MemoryWorkloadAnalysis 9,
   WarpStateStats 9 alone (Occupancy and LaunchStats read launch attributes, no pass of
@@ -27,6 +29,8 @@ Standard library only (Python 3.8). Pure: no process runs here.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -58,6 +62,57 @@ READ_S = 0.35
 
 #: ncu's replay modes that rerun the whole application once per pass.
 APPLICATION_REPLAY = ("application", "app-range")
+#: Where the pod keeps the pass counts its ncu runs said (in its cache), and how many.
+LEARNT_FILE = "ncu_passes.json"
+MAX_LEARNT = 256
+
+
+def plan_key(cc: Optional[str], ncu_set: Optional[str], sections: Optional[Sequence[str]],
+             default_sections: Sequence[str]) -> str:
+    """What a pass count depends on: the GPU's architecture and the sections or set."""
+    what = ("set:%s" % ncu_set) if ncu_set else "sections:" + ",".join(
+        sorted(sections or default_sections))
+    return "%s|%s" % (cc or "?", what)
+
+
+def _learnt_path(cache: str) -> str:
+    return os.path.join(cache, LEARNT_FILE)
+
+
+def learnt(cache: str) -> Dict[str, int]:
+    """``{plan key: passes ncu said}`` as this pod learnt them (empty if none)."""
+    try:
+        with open(_learnt_path(cache), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): int(v) for k, v in list(data.items())[:MAX_LEARNT]
+            if isinstance(v, int) and 0 < v <= 10_000}
+
+
+def remember_passes(cache: str, key: str, passes: int) -> None:
+    """Record the passes ncu took for a plan (the latest wins; at most MAX_LEARNT kept)."""
+    if not 0 < passes <= 10_000:
+        return
+    data = learnt(cache)
+    if data.get(key) == passes:
+        return
+    data.pop(key, None)
+    data[key] = passes
+    while len(data) > MAX_LEARNT:
+        data.pop(next(iter(data)))
+    tmp = _learnt_path(cache) + ".tmp.%d" % os.getpid()
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, _learnt_path(cache))
+    except OSError:  # a full or read-only cache costs only the next estimate's accuracy
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def passes_for(ncu_set: Optional[str], sections: Optional[Sequence[str]],
@@ -106,7 +161,8 @@ def estimate(spec: Dict[str, Any], table: Optional[List[Dict[str, Any]]],
              regex: Optional[str], *, default_sections: Sequence[str],
              setup_s: Optional[float] = None, setup_basis: str = "",
              tier2_wall_s: Optional[float] = None,
-             tier1_median_ms: Optional[float] = None) -> Dict[str, Any]:
+             tier1_median_ms: Optional[float] = None,
+             passes_here: Optional[int] = None) -> Dict[str, Any]:
     """The ``protocol.Tier3Estimate`` dict of the plan ``spec`` describes.
 
     Args:
@@ -118,9 +174,14 @@ def estimate(spec: Dict[str, Any], table: Optional[List[Dict[str, Any]]],
         setup_basis: where ``setup_s`` came from, for people.
         tier2_wall_s: Tier 2's whole wall time (an upper bound on start and setup).
         tier1_median_ms: Tier 1's median call, for the kernel time without Tier 2.
+        passes_here: the passes ncu took for this plan on this pod before (:func:`learnt`).
     """
-    passes, passes_basis = passes_for(spec.get("ncu_set"), spec.get("ncu_sections"),
-                                      default_sections)
+    if passes_here:
+        passes, passes_basis = passes_here, (
+            "%d passes: what ncu took for these sections on this pod before" % passes_here)
+    else:
+        passes, passes_basis = passes_for(spec.get("ncu_set"), spec.get("ncu_sections"),
+                                          default_sections)
     skip = max(0, int(spec.get("launch_skip") or 0))
     count = max(1, int(spec.get("launch_count") or 1))
     rows = matching(table, regex)
@@ -181,8 +242,11 @@ def cheaper_plans(spec: Dict[str, Any], est: Dict[str, Any],
 
     def seconds(**change: Any) -> float:
         changed = dict(spec, **change)
+        same = dict(inputs)
+        if "ncu_sections" in change or "ncu_set" in change:
+            same.pop("passes_here", None)  # learnt for the plan's sections, not these
         return float(estimate(changed, table, change.get("_regex", regex),
-                              default_sections=default_sections, **inputs)["seconds"])
+                              default_sections=default_sections, **same)["seconds"])
 
     if est["launches"] > 1:
         out.append("--launch-count 1: about %.0f s" % seconds(launch_count=1))

@@ -765,6 +765,7 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
         ctx.emit(rule_findings_event(launches))
     ctx.announce_artifacts()
     passes = sum(int(p.get("passes") or 0) for p in parser.profiled)
+    learn_passes(ctx, parser.profiled)
     kernel_ns = sum(float(x["metrics"].get("duration_ns") or 0) for x in launches)
     gpu_s = kernel_ns * max(passes, 1) / 1e9  # each replay pass runs the kernel again
     ctx.emit(wire.make("tier_finished", tier=3, status="ok", wall_s=wall, gpu_s=gpu_s,
@@ -776,18 +777,42 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
 
 def tier3_estimate(ctx: "RunContext", table: Optional[List[Dict[str, Any]]],
                    regex: Optional[str], measured: Dict[str, Any]) -> Dict[str, Any]:
-    """The ``protocol.Tier3Estimate`` dict of this run's Tier-3 plan, with cheaper plans."""
+    """The ``protocol.Tier3Estimate`` dict of this run's Tier-3 plan, with cheaper plans
+    (the pass count this pod learnt for the plan where it has one)."""
     from ..profilers.ncu_cmd import DEFAULT_SECTIONS
     from . import tier3_cost
 
     inputs: Dict[str, Any] = {k: measured.get(k)
                               for k in ("setup_s", "tier2_wall_s", "tier1_median_ms")}
     inputs["setup_basis"] = str(measured.get("setup_basis") or "")
+    key = tier3_cost.plan_key(run_cc(ctx), ctx.spec.get("ncu_set"),
+                              ctx.spec.get("ncu_sections"), DEFAULT_SECTIONS)
+    inputs["passes_here"] = tier3_cost.learnt(runs.cache_root()).get(key)
     est = tier3_cost.estimate(ctx.spec, table, regex, default_sections=DEFAULT_SECTIONS,
                               **inputs)
     est["cheaper"] = tier3_cost.cheaper_plans(ctx.spec, est, table, regex,
                                               default_sections=DEFAULT_SECTIONS, **inputs)
     return est
+
+
+def run_cc(ctx: "RunContext") -> Optional[str]:
+    """The compute capability of the run's GPU, where it is known."""
+    gpu = ctx.gpu.gpu
+    cc = None if gpu is None else gpu.get("compute_capability")
+    return None if cc is None else str(cc)
+
+
+def learn_passes(ctx: "RunContext", profiled: List[Dict[str, Any]]) -> None:
+    """Remember what ncu said each launch of this plan took (every launch the same), so
+    the next estimate on this pod uses it."""
+    from ..profilers.ncu_cmd import DEFAULT_SECTIONS
+    from . import tier3_cost
+
+    counts = {int(p.get("passes") or 0) for p in profiled}
+    if len(counts) == 1:
+        key = tier3_cost.plan_key(run_cc(ctx), ctx.spec.get("ncu_set"),
+                                  ctx.spec.get("ncu_sections"), DEFAULT_SECTIONS)
+        tier3_cost.remember_passes(runs.cache_root(), key, counts.pop())
 
 
 def tier3_budget(ctx: "RunContext", estimate: Dict[str, Any], t0: float) -> None:
