@@ -122,6 +122,31 @@ FIELDS: dict[tuple[str, str], str] = {
     ("GpuSample", "mem_used_mib"): "mib", ("GpuSample", "sm_clock_mhz"): "mhz",
     ("GpuSample", "power_w"): "w", ("GpuSample", "temp_c"): "c",
     ("GpuSample", "mem_clock_mhz"): "mhz",
+    # The timeline's gaps (launch- and host-bound verdicts read them).
+    ("KernelTable", "span_ns"): "ns", ("KernelTable", "largest_gap_ns"): "ns",
+    ("KernelTable", "gap_count"): "count",
+    # Verdicts and Tier 3's coverage of Tier 2 (remote_agent/verdicts).
+    ("FamilyShare", "calls"): "count", ("FamilyShare", "kernels"): "count",
+    ("FamilyShare", "share_pct"): "share", ("FamilyShare", "total_ns"): "ns",
+    ("ProgramVerdict", "gpu_busy_pct"): "span_pct", ("ProgramVerdict", "memcpy_pct"): "span_pct",
+    ("ProgramVerdict", "kernels"): "count", ("ProgramVerdict", "launches"): "count",
+    ("ProgramVerdict", "mean_kernel_ns"): "ns", ("ProgramVerdict", "top_share_pct"): "share",
+    ("KernelVerdict", "launch"): "count", ("Evidence", "value"): "metric",
+    ("RankedRule", "est_speedup_pct"): "pct", ("CoverageRow", "share_pct"): "share",
+    ("Tier3Coverage", "launch_count"): "count", ("Tier3Coverage", "launch_skip"): "count",
+    # NVML GPM (percentages of the device, nvml.h) and Tier 3's estimate.
+    ("GpmMetrics", "sm_active_pct"): "share", ("GpmMetrics", "sm_occupancy_pct"): "share",
+    ("GpmMetrics", "tensor_active_pct"): "share", ("GpmMetrics", "hmma_active_pct"): "share",
+    ("GpmMetrics", "dram_bw_pct"): "share", ("GpmMetrics", "fp64_pct"): "share",
+    ("GpmMetrics", "fp32_pct"): "share", ("GpmMetrics", "fp16_pct"): "share",
+    ("GpmMetrics", "timed_share_pct"): "share", ("GpmMetrics", "window_s"): "s",
+    ("Tier3Estimate", "seconds"): "s", ("Tier3Estimate", "kernel_s"): "s",
+    ("Tier3Estimate", "pass_overhead_s"): "s", ("Tier3Estimate", "start_s"): "s",
+    ("Tier3Estimate", "read_s"): "s", ("Tier3Estimate", "budget_s"): "s",
+    ("Tier3Estimate", "passes"): "count", ("Tier3Estimate", "launches"): "count",
+    # A workspace sync's answers: files counted.
+    ("WorkspaceStored", "stored"): "count", ("WorkspaceState", "written"): "count",
+    ("WorkspaceState", "removed"): "count",
 }
 
 #: Numbers checked elsewhere: the envelope (``seq``, ``ts``: the boundary's own rules) and
@@ -132,6 +157,7 @@ UNCHECKED: frozenset[tuple[str, str]] = frozenset({
     ("RunSpec", "tiers"), ("RunSpec", "target_ci"), ("RunSpec", "max_seconds"),
     ("RunSpec", "min_samples"), ("RunSpec", "warmup"), ("RunSpec", "launch_skip"),
     ("RunSpec", "launch_count"), ("RunSpec", "timeout_s"), ("RunSpec", "profile_iters"),
+    ("RunSpec", "max_tier3_s"),
 })
 
 def within(value: float | None, kind: str) -> bool:

@@ -91,6 +91,9 @@ class RunSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: directory, a ``file:PATH`` is that path inside it, with the workspace's root on
     #: ``sys.path``. None: the run directory, as before workspaces existed.
     workspace: str | None = None
+    #: Tier 3's time budget: a plan estimated to take longer (:class:`Tier3Estimate`) is
+    #: stopped before ncu starts, with a cheaper plan named. None: no budget.
+    max_tier3_s: float | None = None
 
     def timing_mode(self) -> str:
         """Tier 1's mode: ``timing``, or what a spec stored before it meant."""
@@ -262,6 +265,11 @@ class Gpu(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     clock_events: list[str] = msgspec.field(default_factory=list)
     #: Who uses the GPU now (other than the agent); None when it could not be read.
     processes: list[GpuProcess] | None = None
+    #: Whether NVML GPM answered for the agent's user (asked with one real sample);
+    #: None: not asked (no NVML, or an agent before this field).
+    gpm_supported: bool | None = None
+    #: Why GPM did not answer (one line), when it did not.
+    gpm_reason: str = ""
 
 
 class ToolInstall(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -404,10 +412,65 @@ class RunStarted(Event, kw_only=True, tag="run_started"):
     gpu: GpuTarget | None = None
 
 
+class Tier3Estimate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What Tier 3 should take, said before ncu starts (``remote_agent/measure/tier3_cost``).
+
+    ``seconds`` = ``start_s`` + ``launches`` × ``passes`` × (``kernel_s`` +
+    ``pass_overhead_s``) + ``read_s``. Each ``*_basis`` says where its figure came from
+    (measured here, by an earlier tier, or in gpuws's recorded runs). Dollars are the
+    laptop's: ``seconds`` at the session's rate.
+    """
+
+    seconds: float
+    passes: int
+    passes_basis: str = ""
+    launches: int = 1
+    launches_basis: str = ""
+    kernel_s: float | None = None
+    kernel_basis: str = ""
+    pass_overhead_s: float = 0.0
+    start_s: float = 0.0
+    start_basis: str = ""
+    read_s: float = 0.0
+    #: ``--max-tier3-seconds`` when one was given.
+    budget_s: float | None = None
+    #: Cheaper plans, each one line (fewer sections, one launch, a narrower filter).
+    cheaper: list[str] = msgspec.field(default_factory=list)
+
+
 class TierStarted(Event, kw_only=True, tag="tier_started"):
     tier: int
     name: str
     argv: list[str] | None = None
+    #: Tier 3 only: the time it should take, before ncu starts.
+    estimate: Tier3Estimate | None = None
+
+
+class GpmMetrics(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """NVML GPM's device-wide averages over a window (``remote_agent/pod/gpm.py``).
+
+    Percentages 0-100 of the whole GPU between two samples bracketing the window (Tier 1's
+    timed rounds, or a ``cmd:`` workload's run): another process on the GPU counts too,
+    and idle time inside the window lowers them. A metric NVML did not give is None; when
+    GPM gave nothing, ``reason`` says why in one line. This struct is also the GPM
+    evidence a kernel verdict takes (``window_s`` None means no figures).
+    """
+
+    window_s: float | None = None
+    sm_active_pct: float | None = None
+    sm_occupancy_pct: float | None = None
+    tensor_active_pct: float | None = None
+    hmma_active_pct: float | None = None
+    dram_bw_pct: float | None = None
+    fp64_pct: float | None = None
+    fp32_pct: float | None = None
+    fp16_pct: float | None = None
+    #: Tier 1 only: the share of the window its timed calls took (Σ CUDA-event samples /
+    #: ``window_s``); the rest is L2 flushes, idle holds and launch gaps, which GPM's
+    #: averages include (a cold Tier 1 idles 1 ms before each sample).
+    timed_share_pct: float | None = None
+    reason: str = ""
+    source: str = "NVML GPM"
 
 
 class TierFinished(Event, kw_only=True, tag="tier_finished"):
@@ -417,6 +480,9 @@ class TierFinished(Event, kw_only=True, tag="tier_finished"):
     gpu_s: float | None = None
     source: str | None = None
     reason: str = ""
+    #: NVML GPM over the tier's window (Tier 1's timed rounds, a ``cmd:``'s run as tier 0);
+    #: None: not sampled (an agent before this field, or another tier).
+    gpm: GpmMetrics | None = None
 
 
 class Output(Event, kw_only=True, tag="output"):

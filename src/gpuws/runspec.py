@@ -60,6 +60,8 @@ class LaunchOptions:
         workspace: a project directory on this machine, synced to the pod before the run
             (:mod:`gpuws.workspace`); the run executes in it, and ``file:PATH`` is a path
             inside it.
+        max_tier3_seconds: stop Tier 3 before ncu starts when its estimate exceeds this
+            many seconds; None: no budget.
     """
 
     workload: str
@@ -84,6 +86,7 @@ class LaunchOptions:
     env: tuple[str, ...] = ()
     gpu: str | None = None
     workspace: str | None = None
+    max_tier3_seconds: float | None = None
 
 
 TIERS = (1, 2, 3)
@@ -96,7 +99,7 @@ TIER1_ONLY = {"target_ci": "--target-ci", "max_seconds": "--max-seconds",
 TIER3_ONLY = {"kernel_regex": "--kernel-regex", "launch_skip": "--launch-skip",
               "launch_count": "--launch-count", "ncu_set": "--ncu-set",
               "ncu_sections": "--ncu-sections", "replay_mode": "--replay-mode",
-              "cache_control": "--cache-control"}
+              "cache_control": "--cache-control", "max_tier3_seconds": "--max-tier3-seconds"}
 
 
 def parse_target_ci(text: str | float) -> float:
@@ -232,6 +235,7 @@ def _check_numbers(opts: LaunchOptions) -> None:
         ("--launch-count", opts.launch_count, 1, True),
         ("--profile-iters", opts.profile_iters, 1, True),
         ("--timeout", opts.timeout, 0, False),
+        ("--max-tier3-seconds", opts.max_tier3_seconds, 0, False),
     ]
     for flag, value, lowest, inclusive in checks:
         if value is None:
@@ -360,4 +364,5 @@ def build_spec(opts: LaunchOptions) -> protocol.RunSpec:
         replay_mode=opts.replay_mode, clock_control=opts.clock_control,
         cache_control=opts.cache_control, ncu_path=opts.ncu_path, file_name=file_name,
         file_b64=file_b64, env=env, timeout_s=opts.timeout, install_cupy=opts.install_cupy,
-        profile_iters=opts.profile_iters, gpu=gpu, workspace=ws[1] if ws else None)
+        profile_iters=opts.profile_iters, gpu=gpu, workspace=ws[1] if ws else None,
+        max_tier3_s=opts.max_tier3_seconds)

@@ -121,6 +121,12 @@ NOWHERE = "no-such-pod.invalid"
     (["-w", "builtin:saxpy", "--target-ci", "0"], ["must be above 0"]),
     (["-w", "builtin:saxpy", "--launch-count", "0"], ["--launch-count 0 must be at least 1"]),
     (["-w", "builtin:saxpy", "--max-seconds", "-1"], ["--max-seconds -1 must be above 0"]),
+    (["-w", "builtin:saxpy", "--max-tier3-seconds", "0"],
+     ["--max-tier3-seconds 0 must be above 0"]),
+    (["-w", "builtin:saxpy", "--max-tier3-seconds", "nan"],
+     ["--max-tier3-seconds nan must be above 0"]),
+    (["-w", "builtin:saxpy", "--tiers", "1,2", "--max-tier3-seconds", "30"],
+     ["--max-tier3-seconds only affects Tier 3"]),
     (["-w", "builtin:saxpy", "-k", "saxpy("], ["is not a regular expression"]),
     (["-w", "builtin:saxpy", "--env", "=x"], ["bad --env '=x'", "KEY=VALUE"]),
     (["-w", "builtin:saxpy", "--fail-if-slower", "3"], ["--fail-if-slower needs --baseline",
@@ -150,6 +156,14 @@ def test_launcher_and_cli_share_the_ci_target() -> None:
     with pytest.raises(UsageError) as info:
         runspec.parse_target_ci("2")  # 2 what? Refused, not guessed.
     assert "write 2% (with the % sign)" in info.value.remedy
+
+
+def test_the_tier3_budget_reaches_the_spec() -> None:
+    spec = runspec.build_spec(runspec.LaunchOptions(workload="builtin:saxpy",
+                                                    max_tier3_seconds=45.0))
+    assert spec.max_tier3_s == 45.0
+    assert runspec.build_spec(runspec.LaunchOptions(workload="builtin:saxpy")).max_tier3_s \
+        is None
 
 
 def _stored_runs() -> dict[str, str]:

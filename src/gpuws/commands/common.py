@@ -180,6 +180,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     t3.add_argument("--ncu-set", help="a section set from `ncu --list-sets` instead of the "
                                       "focused default")
     t3.add_argument("--ncu-sections", help="comma-separated section identifiers")
+    t3.add_argument("--max-tier3-seconds", dest="max_tier3_seconds", type=float,
+                    metavar="S", help="stop Tier 3 before ncu starts when its estimate "
+                    "(passes × launches × kernel time, plus start) exceeds S seconds; "
+                    "the run fails (exit 7) naming a cheaper plan")
     t3.add_argument("--replay-mode", choices=["kernel", "application", "range", "app-range"],
                     help="ncu's --replay-mode (default: ncu's own)")
     t3.add_argument("--clock-control", choices=["none", "base"], default="none",

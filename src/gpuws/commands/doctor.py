@@ -15,7 +15,7 @@ from rich.text import Text
 from .. import protocol
 from ..client import AgentClient
 from ..errors import GpuwsError, UsageError
-from ..gpu import gpus
+from ..gpu import evidence, gpus
 from ..protocol import Gpu, NsysPlan, Probe
 from ..text import humanfmt
 from ..text.textsafe import text as safe
@@ -172,6 +172,9 @@ def gpu_table(gpus_: list[Gpu]) -> Table:
             ident.append("\n" + visible(gpu.uuid, 80), "dim")
         if gpu.compute_capability:
             ident.append(f"\nCC {visible(gpu.compute_capability, 10)}", "dim")
+        gpm = evidence.gpm_probe_line(gpu)
+        if gpm is not None:
+            ident.append(f"\n{gpm}", "dim")
         busy = bool(gpu.processes)
         g.add_row(str(gpu.index), ident, gpus.memory(gpu), gpus.clocks(gpu), gpus.power(gpu),
                   humanfmt.celsius(gpu.temp_c), gpus.events(gpu.clock_events),

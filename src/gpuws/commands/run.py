@@ -20,7 +20,7 @@ from rich.text import Text
 
 from .. import protocol, runspec
 from ..errors import AgentError, ConnectError, RunError, StoreError, UsageError
-from ..gpu import clocks, gpus
+from ..gpu import clocks, evidence, gpus
 from ..live import verdicts
 from ..live.boundary import SeqGate
 from ..live.engine import Engine, Notice
@@ -64,6 +64,12 @@ class Printer:
         self.muted = False
         #: Output lines waiting to be printed together (one print per run of lines).
         self._lines: list[LogLine] = []
+        #: The session's $/hour (set once connected), for Tier 3's estimate in dollars.
+        self.rate: float | None = None
+        #: Per run: Tier 1's mode (cold windows hold flushes and idle), for GPM's line.
+        self._modes: dict[str, str] = {}
+        #: Per run: Tier 3's estimate, set beside the time Tier 3 took.
+        self._estimates: dict[str, protocol.Tier3Estimate] = {}
 
     def batch(self, batch: Batch) -> None:
         """The engine's ``on_batch``: print each event not printed before."""
@@ -112,6 +118,10 @@ class Printer:
                 if ev.argv:
                     line.append_text(safe("  $ " + " ".join(ev.argv), "dim"))
                 o.print(line)
+                if ev.estimate is not None:
+                    self._estimates[ev.run_id or ""] = ev.estimate
+                    for text in estimate_lines(ev.estimate, self.rate):
+                        o.print(text)
             case protocol.TierFinished():
                 colour = {"ok": "green", "skipped": "yellow", "fallback": "yellow"}.get(
                     ev.status, "red")
@@ -120,10 +130,19 @@ class Printer:
                                      f" in {humanfmt.duration(ev.wall_s)}{gpu}")
                 if ev.reason:
                     line.append_text(Text.assemble(" — ", safe(ev.reason)))
+                est = self._estimates.get(ev.run_id or "") if ev.tier == 3 else None
+                against = evidence.estimate_against(est, ev) if est is not None else None
+                if against is not None:
+                    line.append_text(Text(f" ({against})", "dim"))
                 o.print(line)
+                gpm = evidence.gpm_line(ev.gpm, evidence.gpm_over(
+                    ev.tier, self._modes.get(ev.run_id or "")))
+                if gpm is not None:
+                    o.print(Text(f"  {gpm}", "" if evidence.gpm_measured(ev.gpm) else "dim"))
             case protocol.Samples():
                 self.samples += len(ev.values_ms)
             case protocol.Tier1Result():
+                self._modes[ev.run_id or ""] = ev.mode
                 o.print(tier1_table(ev))
                 for line in clock_lines(ev):
                     o.print(line)
@@ -228,6 +247,13 @@ def tier1_table(ev: protocol.Tier1Result) -> Table:
     if rates:
         t.caption = " · ".join(rates)
     return t
+
+
+def estimate_lines(est: protocol.Tier3Estimate, rate: float | None) -> list[Text]:
+    """Tier 3's estimate before ncu starts, and where each input came from."""
+    lines = [Text(f"  {evidence.estimate_line(est, rate)}", "blue")]
+    lines += [Text(f"    {basis}", "dim") for basis in evidence.estimate_bases(est)]
+    return lines
 
 
 def clock_lines(ev: protocol.Tier1Result) -> list[Text]:
@@ -444,6 +470,7 @@ async def run(args: argparse.Namespace) -> int:
         if engine.link is not None:
             # The probe is known now: a GPU the pod lacks is refused before anything runs.
             gpus.check_on_pod(spec.gpu, engine.link.probe)
+            printer.rate = engine.link.rate
         if workspace is not None and engine.link is not None:
             synced = await workspace.sync(engine.link.client, manifest)
             code = await asyncio.to_thread(workspace.code, manifest)
@@ -475,6 +502,7 @@ async def attach(args: argparse.Namespace) -> int:
     refused: str | None = None  # the session of an attach the pod refused
     try:
         await engine.connect(target_of(args))
+        printer.rate = engine.link.rate if engine.link is not None else None
         run_id, stored = await engine.store.call(lambda s: _known_run(s, args.run_id))
         try:
             await engine.attach(run_id, from_seq=args.from_seq)

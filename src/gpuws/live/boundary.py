@@ -171,6 +171,7 @@ class Boundary:
                 if isinstance(ev, protocol.Telemetry):  # first: its words name the GPU
                     _check_telemetry(ev)
                 _check_physical(ev)
+                check_gpm_and_estimate(ev)
             except Refused as why:
                 self._refuse(why.kind, f"{type(ev).__name__}: {why.message}")
                 return None
@@ -203,6 +204,7 @@ class Boundary:
             _check_ts(ev.ts, run.started, self.now())
             _check_bounds(ev)
             _check_physical(ev)
+            check_gpm_and_estimate(ev)
             if isinstance(ev, protocol.RunStarted) and seq == 0:
                 run.started = run.started or ev.ts
                 run.run_dir = run.run_dir or ev.run_dir
@@ -307,6 +309,80 @@ def _check_telemetry(ev: protocol.Telemetry) -> None:
         if not 0 <= gpu.index <= MAX_GPU_INDEX:
             raise Refused("telemetry", f"a telemetry sample for GPU index {gpu.index} "
                                        f"(expected 0…{MAX_GPU_INDEX})")
+
+
+#: Longest one-line text in GPM figures and Tier-3 estimates (reasons, bases, plans).
+MAX_EVIDENCE_STR = 500
+#: Longest GPM window (a week of a ``cmd:`` workload) and Tier-3 estimate accepted.
+MAX_WINDOW_S = 7 * 86_400.0
+#: Most replay passes and launches an estimate may name (``--set full`` takes 38 passes).
+MAX_PASSES = 10_000
+MAX_LAUNCHES = 1_000_000
+#: Most cheaper plans an estimate may list.
+MAX_PLANS = 16
+#: GPM's percentage fields (``protocol.GpmMetrics``), each 0-100 by nvml.h.
+GPM_PCT_FIELDS = ("sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "hmma_active_pct",
+                  "dram_bw_pct", "fp64_pct", "fp32_pct", "fp16_pct", "timed_share_pct")
+
+
+def check_gpm_and_estimate(ev: protocol.Events) -> None:
+    """The bounds of NVML GPM figures, GPM probe answers and Tier-3 estimates.
+
+    The general walk only proves numbers finite and strings under 256 KiB; these figures
+    are read as evidence (a verdict may rest on "DRAM bandwidth 89%") and as a budget, so
+    a lying pod must not put 10,000% or a negative time in front of a person: every
+    percentage is 0-100, every time is 0 to a week, counts are bounded, and each reason,
+    basis and plan is one line of at most :data:`MAX_EVIDENCE_STR` characters.
+
+    Raises:
+        Refused: one of them is out of bounds (kind ``bounds``).
+    """
+    if isinstance(ev, protocol.TierFinished) and ev.gpm is not None:
+        _check_gpm(ev.gpm)
+    elif isinstance(ev, protocol.TierStarted) and ev.estimate is not None:
+        _check_estimate(ev.estimate)
+    elif isinstance(ev, protocol.ProbeResult):
+        for gpu in ev.probe.gpus:
+            _line(gpu.gpm_reason, "a GPU's GPM reason")
+
+
+def _check_gpm(gpm: protocol.GpmMetrics) -> None:
+    for name in GPM_PCT_FIELDS:
+        value = getattr(gpm, name)
+        if value is not None and not 0.0 <= value <= 100.0:
+            raise Refused("bounds", f"NVML GPM {name} {value!r} is not a percentage 0-100")
+    _seconds(gpm.window_s, "NVML GPM window")
+    _line(gpm.reason, "NVML GPM reason")
+    _line(gpm.source, "NVML GPM source")
+
+
+def _check_estimate(est: protocol.Tier3Estimate) -> None:
+    for label, value in (("estimate", est.seconds), ("kernel time", est.kernel_s),
+                         ("pass overhead", est.pass_overhead_s), ("start", est.start_s),
+                         ("report reading", est.read_s), ("budget", est.budget_s)):
+        _seconds(value, f"Tier-3 {label}")
+    if not 0 <= est.passes <= MAX_PASSES:
+        raise Refused("bounds", f"Tier-3 estimate: {est.passes} passes (0…{MAX_PASSES})")
+    if not 0 <= est.launches <= MAX_LAUNCHES:
+        raise Refused("bounds", f"Tier-3 estimate: {est.launches} launches "
+                                f"(0…{MAX_LAUNCHES})")
+    if len(est.cheaper) > MAX_PLANS:
+        raise Refused("bounds", f"Tier-3 estimate: {len(est.cheaper)} cheaper plans "
+                                f"(limit {MAX_PLANS})")
+    for text in (est.passes_basis, est.launches_basis, est.kernel_basis, est.start_basis,
+                 *est.cheaper):
+        _line(text, "Tier-3 estimate text")
+
+
+def _seconds(value: float | None, what: str) -> None:
+    if value is not None and not 0.0 <= value <= MAX_WINDOW_S:
+        raise Refused("bounds", f"{what} of {value!r} s is not a time 0…{MAX_WINDOW_S:g} s")
+
+
+def _line(text: str, what: str) -> None:
+    if len(text) > MAX_EVIDENCE_STR or "\n" in text or "\r" in text:
+        raise Refused("bounds", f"{what} is not one line of at most {MAX_EVIDENCE_STR} "
+                                "characters")
 
 
 def _check_artifact(ev: protocol.Artifact, run_dir: str | None) -> None:

@@ -38,6 +38,10 @@ class TierState:
     source: str | None = None
     reason: str = ""
     argv: list[str] | None = None
+    #: NVML GPM over the tier's window (Tier 1, a ``cmd:``'s run), when sampled.
+    gpm: protocol.GpmMetrics | None = None
+    #: Tier 3's estimate, said before ncu starts.
+    estimate: protocol.Tier3Estimate | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,9 @@ class RunModel:
     samples_dropped: int = 0
     #: Joins the pieces of long output lines for the log pane.
     joiner: LineJoiner = field(default_factory=LineJoiner)
+    #: The session's $/hour where the face knows it (not an event: the laptop's own),
+    #: for Tier 3's estimate in dollars.
+    rate_usd_per_hour: float | None = None
 
     @property
     def last_seq(self) -> int:
@@ -220,13 +227,16 @@ class RunModel:
             old = self.tiers.get(ev.tier)
             # Tier 3 announces itself, then again with the selected ncu and its argv.
             started = old.started if old is not None and old.status == "running" else ev.ts
-            self.tiers[ev.tier] = TierState(ev.tier, ev.name, started, argv=ev.argv)
+            estimate = ev.estimate or (old.estimate if old is not None else None)
+            self.tiers[ev.tier] = TierState(ev.tier, ev.name, started, argv=ev.argv,
+                                            estimate=estimate)
             return "tiers"
         if isinstance(ev, protocol.TierFinished):
             state = self.tiers.get(ev.tier) or TierState(
                 ev.tier, TIER_NAMES.get(ev.tier, f"tier {ev.tier}"), ev.ts - ev.wall_s)
             state.status, state.wall_s, state.gpu_s = ev.status, ev.wall_s, ev.gpu_s
             state.source, state.reason = ev.source, ev.reason
+            state.gpm = ev.gpm
             self.tiers[ev.tier] = state
             return "tiers"
         return self._fold_result(ev)

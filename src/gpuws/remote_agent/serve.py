@@ -297,7 +297,7 @@ SPEC_FIELDS: FrozenSet[str] = frozenset((
     "workload", "tiers", "target_ci", "max_seconds", "min_samples", "warmup", "timing",
     "cold", "kernel_regex", "launch_skip", "launch_count", "ncu_set", "ncu_sections",
     "replay_mode", "clock_control", "cache_control", "ncu_path", "file_name", "file_b64", "env",
-    "timeout_s", "install_cupy", "profile_iters", "gpu", "workspace",
+    "timeout_s", "install_cupy", "profile_iters", "gpu", "workspace", "max_tier3_s",
 ))
 
 HANDLERS: Dict[str, Handler] = {

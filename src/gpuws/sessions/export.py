@@ -21,7 +21,7 @@ from typing import Any
 
 from gpuws import __version__, protocol
 from gpuws.errors import StoreError
-from gpuws.gpu import clocks, gpus
+from gpuws.gpu import clocks, evidence, gpus
 from gpuws.live import verdicts
 from gpuws.sessions.compare import Comparison, compare_runs, gpu_rows, run_gpu
 from gpuws.sessions.cost import Economics, economics
@@ -156,6 +156,9 @@ def _environment(probe: protocol.Probe | None) -> list[str]:
             rows.append([f"GPU {g.index} in use by", _esc(gpus.processes(g.processes))])
         if g.pci_bus_id:
             rows.append([f"GPU {g.index} PCI", _code(g.pci_bus_id)])
+        if g.gpm_supported is not None:
+            rows.append([f"GPU {g.index} NVML GPM", "answers" if g.gpm_supported
+                         else _esc(f"does not answer: {g.gpm_reason or 'no reason given'}")])
     if not probe.gpus:
         rows.append(["GPU", _esc(f"none found: {probe.gpu_error or 'no reason given'}")])
     driver = probe.driver or "unknown"
@@ -251,6 +254,15 @@ def _run_section(store: Store, run: RunRow) -> list[str]:
     if tier1:
         out += ["", "### Tier 1 — CUDA events", ""]
         out += _tier1(tier1[-1])
+    gpm = _gpm(finished, tier1[-1].mode if tier1 else None)
+    if gpm:
+        out += ["", "### Device activity (NVML GPM)", ""]
+        out += gpm
+    estimates = [t for t in started if t.estimate is not None]
+    if estimates:
+        out += ["", "### Tier 3 estimate (before ncu started)", ""]
+        out += _estimate(estimates[-1].estimate, finished.get(3),
+                         store.session(run.session_id).rate_usd_per_hour)
     if tables:
         out += ["", f"### Kernels (Tier 2, from {_esc(tables[-1].source)})", ""]
         out += _kernel_table(tables[-1])
@@ -364,6 +376,43 @@ def _tier1(r: protocol.Tier1Result) -> list[str]:
     caution = clocks.caution(r.clocks)
     if caution is not None:
         out += ["", f"**Caution:** {_esc(caution)}."]
+    return out
+
+
+def _gpm(finished: dict[int, protocol.TierFinished], mode: str | None) -> list[str]:
+    """NVML GPM per tier that sampled it: a table of figures, or why there are none."""
+    out: list[str] = []
+    for tier in sorted(t for t, ev in finished.items() if ev.gpm is not None):
+        g = finished[tier].gpm
+        assert g is not None
+        over = evidence.gpm_over(tier, mode)
+        if out:
+            out.append("")
+        if not evidence.gpm_measured(g):
+            out.append(_esc(f"NVML GPM over {over}: not measured — "
+                            f"{g.reason or 'no reason given'}."))
+            continue
+        share = (f" The timed calls took {g.timed_share_pct:.0f}% of the window."
+                 if g.timed_share_pct is not None else "")
+        out.append(_esc(f"Device-wide averages over {over} ({_dur(g.window_s or 0.0)}), "
+                        f"source: {evidence.SOURCE}; other processes on the GPU count too."
+                        + share))
+        out.append("")
+        out += _table(["Metric", "Value", "Source"],
+                      [[_esc(label), _esc(value), evidence.SOURCE]
+                       for label, value in evidence.gpm_rows(g)])
+    return out
+
+
+def _estimate(est: protocol.Tier3Estimate | None, fin: protocol.TierFinished | None,
+              rate: float | None) -> list[str]:
+    """Tier 3's estimate, its inputs, and how it compares with what Tier 3 took."""
+    assert est is not None
+    out = [_esc(evidence.estimate_line(est, rate)) + ".", ""]
+    out += [f"- {_esc(b)}" for b in evidence.estimate_bases(est)]
+    against = evidence.estimate_against(est, fin) if fin is not None else None
+    if fin is not None and against is not None:
+        out += ["", _esc(f"Tier 3 took {_dur(fin.wall_s)} ({against}).")]
     return out
 
 

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .. import procs, runs, wire
-from ..pod import clocks, gpusel, pythons
+from ..pod import clocks, gpm, gpusel, pythons
 from . import findings, torch_profile
 
 if TYPE_CHECKING:
@@ -185,15 +185,23 @@ def run_command(ctx: "RunContext", command: str, pod: Pod) -> None:
     ctx.emit(wire.make("tier_started", tier=0, argv=argv, name="workload" if recorded is None
                        else "workload, under torch.profiler for Tier 2"))
     t0 = time.time()
+    # NVML GPM over the command's whole run (device-wide: its start-up counts as idle).
+    window = gpm.window_for(run_gpu_index(ctx)) if pod.has_gpu else None
+    if window is not None:
+        window.open()
     result = procs.run_streaming(argv, emit=ctx.emit, tier=0, cwd=ctx.work_dir, env=env,
                                  timeout_s=ctx.spec.get("timeout_s"))
+    gpm_result = window.close() if window is not None else None
     ctx.exit_code = result.returncode
     status = "ok" if result.returncode == 0 else "failed"
     reason = "" if status == "ok" else "exit code %d" % result.returncode
     if result.timed_out:
         reason = "killed after the %.0f s timeout" % float(ctx.spec.get("timeout_s") or 0)
-    ctx.emit(wire.make("tier_finished", tier=0, status=status, wall_s=time.time() - t0,
-                       reason=reason))
+    wall0 = time.time() - t0
+    finished = wire.make("tier_finished", tier=0, status=status, wall_s=wall0, reason=reason)
+    if gpm_result is not None:
+        finished["gpm"] = gpm_result
+    ctx.emit(finished)
     ctx.announce_artifacts()
     if status != "ok" or procs.CANCELLED["flag"]:
         return
@@ -208,10 +216,14 @@ def run_command(ctx: "RunContext", command: str, pod: Pod) -> None:
             ctx.emit(wire.make("tier_finished", tier=tier, status="skipped", wall_s=0.0,
                                reason="no GPU on the pod"))
         return
+    t2 = time.time()
     table = tier2(ctx, pod, argv, python=False, inject=inject, recorded=recorded) \
         if 2 in tiers else None
     if 3 in tiers and not procs.CANCELLED["flag"]:
-        tier3(ctx, pod, argv, table, None, python=False)
+        tier3(ctx, pod, argv, table, None, python=False, measured={
+            "setup_s": wall0, "tier2_wall_s": time.time() - t2 if 2 in tiers else None,
+            "setup_basis": "the command's own run" + (
+                " (under torch.profiler)" if recorded is not None else "")})
 
 
 def command_argv(ctx: "RunContext", command: str) -> List[str]:
@@ -289,16 +301,20 @@ def run_python(ctx: "RunContext", ref: Any, pod: Pod) -> None:
     tiers = tiers_of(ctx)
     iters = str(max(1, int(ctx.spec.get("profile_iters") or 10)))
     static_done = False
+    measured: Dict[str, Any] = {}
     if 1 in tiers:
-        tier1(ctx)
+        measured = tier1(ctx)
         static_done = True
     if procs.CANCELLED["flag"]:
         return
     target = child_argv(ctx, "exec", iters)
+    t2 = time.time()
     table = tier2(ctx, pod, target, python=True, torch_argv=child_argv(ctx, "torchprof", iters),
                   regex=regex) if 2 in tiers else None
+    if 2 in tiers:
+        measured["tier2_wall_s"] = time.time() - t2
     if 3 in tiers and not procs.CANCELLED["flag"]:
-        fell_back = tier3(ctx, pod, target, table, regex, python=True)
+        fell_back = tier3(ctx, pod, target, table, regex, python=True, measured=measured)
         if fell_back and not static_done:
             run_child(ctx, "static", tier=3)
         if fell_back:
@@ -328,22 +344,37 @@ def run_child(ctx: "RunContext", mode: str, *args: str, tier: int) -> procs.Proc
     return result
 
 
-def tier1(ctx: "RunContext") -> None:
+def tier1(ctx: "RunContext") -> Dict[str, Any]:
     """The ``tier1`` child, with the GPU's clocks read while it samples (:mod:`.clocks`):
     its ``tier1_result`` leaves with ``clocks`` added, or without any where NVML cannot
-    read the run's GPU."""
+    read the run's GPU; NVML GPM brackets the same window (:mod:`..pod.gpm`) and leaves
+    with the ``tier_finished``.
+
+    Returns:
+        What Tier 3's estimate uses: ``setup_s`` (the child's start to its first timed
+        round, with its ``setup_basis``) and ``tier1_median_ms``, where seen.
+    """
     argv = child_argv(ctx, "tier1")
     ctx.emit(wire.make("tier_started", tier=1, name="CUDA events", argv=argv))
     t0 = time.time()
     gpu: Dict[str, float] = {"s": 0.0}
+    measured: Dict[str, Any] = {}
     orig = ctx.emit
     sampler = clocks.sampler_for(run_gpu_index(ctx))
+    window = gpm.window_for(run_gpu_index(ctx))
 
     def watch(event: Dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == clocks.WINDOW_EVENT:
+            edge = str(event.get("edge"))
             if sampler is not None:
-                sampler.mark(str(event.get("edge")))
+                sampler.mark(edge)
+            if edge == "start":
+                window.open()
+                measured.setdefault("setup_s", time.time() - t0)
+                measured["setup_basis"] = "the Tier-1 child's start and setup"
+            elif edge == "end":
+                window.close()
             return  # the child's private marker: never in the run's log
         if kind == "samples":
             gpu["s"] += sum(event.get("values_ms") or []) * int(event.get("batch") or 1) / 1000
@@ -353,6 +384,9 @@ def tier1(ctx: "RunContext") -> None:
             summary = sampler.summary() if sampler is not None else None
             if summary is not None:
                 event["clocks"] = summary
+            median = (event.get("stats") or {}).get("median_ms")
+            if isinstance(median, (int, float)):
+                measured["tier1_median_ms"] = float(median)
         orig(event)
 
     ctx.emit = watch
@@ -364,8 +398,20 @@ def tier1(ctx: "RunContext") -> None:
         ctx.emit = orig
         if sampler is not None:
             sampler.stop()
+        window.close()  # frees its samples whatever happened (idempotent)
     ctx.emit(wire.make("tier_finished", tier=1, status="ok", wall_s=time.time() - t0,
-                       gpu_s=gpu["s"], source="CUDA events (CuPy)"))
+                       gpu_s=gpu["s"], source="CUDA events (CuPy)",
+                       gpm=with_timed_share(window.close(), gpu["s"])))
+    return measured
+
+
+def with_timed_share(result: Dict[str, Any], timed_s: float) -> Dict[str, Any]:
+    """GPM's Tier-1 figures with the share of their window the timed calls took (the
+    rest, flushes and idle holds, dilutes GPM's averages: a verdict must know how much)."""
+    window = result.get("window_s")
+    if not window or timed_s <= 0:
+        return result
+    return dict(result, timed_share_pct=min(100.0, 100.0 * timed_s / float(window)))
 
 
 # ----------------------------------------------------------------------------- tier 2
@@ -629,8 +675,14 @@ def counters_blocked(ctx: "RunContext", *, observed: bool, cause: str, tier1_ran
 
 
 def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[Dict[str, Any]]],
-          regex: Optional[str], *, python: bool) -> bool:
-    """Nsight Compute on the chosen kernels. Returns True when it fell back."""
+          regex: Optional[str], *, python: bool,
+          measured: Optional[Dict[str, Any]] = None) -> bool:
+    """Nsight Compute on the chosen kernels. Returns True when it fell back.
+
+    ``measured``: what earlier tiers measured for the estimate (:mod:`.tier3_cost`);
+    the estimate rides on the ``tier_started`` that carries ncu's argv, and a plan over
+    ``max_tier3_s`` is stopped before ncu starts (:func:`tier3_budget`).
+    """
     from ..profilers.ncu_cmd import DEFAULT_SECTIONS, build_ncu_argv
     from ..profilers.ncu_output import NcuConsoleParser, progress_event, regex_escape
 
@@ -646,6 +698,8 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
     if not regex and table:
         name = str(table[0]["name"]).split("(")[0]
         regex = regex_escape(name)
+    estimate = tier3_estimate(ctx, table, regex, measured or {})
+    tier3_budget(ctx, estimate, t0)
     excluded: List[str] = []
     chosen = ctx.spec.get("ncu_path")
     while True:
@@ -678,7 +732,8 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
             # Only what runs between cudaProfilerStart/Stop: the workload, not its setup.
             argv[1:1] = ["--profile-from-start", "off"]
         ctx.emit(wire.make("tier_started", tier=3, name="Nsight Compute %s"
-                           % (sel.get("selected_version") or ""), argv=argv))
+                           % (sel.get("selected_version") or ""), argv=argv,
+                           estimate=estimate))
         parser = NcuConsoleParser(regex)
 
         def on_chunk(stream: str, text: str, parser: NcuConsoleParser = parser) -> None:
@@ -736,6 +791,7 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
                              findings.sm_count_of(pod.facts, run_gpu_index(ctx)))
     ctx.announce_artifacts()
     passes = sum(int(p.get("passes") or 0) for p in parser.profiled)
+    learn_passes(ctx, parser.profiled)
     kernel_ns = sum(float(x["metrics"].get("duration_ns") or 0) for x in launches)
     gpu_s = kernel_ns * max(passes, 1) / 1e9  # each replay pass runs the kernel again
     ctx.emit(wire.make("tier_finished", tier=3, status="ok", wall_s=wall, gpu_s=gpu_s,
@@ -743,6 +799,77 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
                        "ncu_report" else "csv",
                        reason="%d kernel launch(es), %d passes" % (len(launches), passes)))
     return False
+
+
+def tier3_estimate(ctx: "RunContext", table: Optional[List[Dict[str, Any]]],
+                   regex: Optional[str], measured: Dict[str, Any]) -> Dict[str, Any]:
+    """The ``protocol.Tier3Estimate`` dict of this run's Tier-3 plan, with cheaper plans
+    (the pass count this pod learnt for the plan where it has one)."""
+    from ..profilers.ncu_cmd import DEFAULT_SECTIONS
+    from . import tier3_cost
+
+    inputs: Dict[str, Any] = {k: measured.get(k)
+                              for k in ("setup_s", "tier2_wall_s", "tier1_median_ms")}
+    inputs["setup_basis"] = str(measured.get("setup_basis") or "")
+    key = tier3_cost.plan_key(run_cc(ctx), ctx.spec.get("ncu_set"),
+                              ctx.spec.get("ncu_sections"), DEFAULT_SECTIONS)
+    inputs["passes_here"] = tier3_cost.learnt(runs.cache_root()).get(key)
+    est = tier3_cost.estimate(ctx.spec, table, regex, default_sections=DEFAULT_SECTIONS,
+                              **inputs)
+    est["cheaper"] = tier3_cost.cheaper_plans(ctx.spec, est, table, regex,
+                                              default_sections=DEFAULT_SECTIONS, **inputs)
+    return est
+
+
+def run_cc(ctx: "RunContext") -> Optional[str]:
+    """The compute capability of the run's GPU, where it is known."""
+    gpu = ctx.gpu.gpu
+    cc = None if gpu is None else gpu.get("compute_capability")
+    return None if cc is None else str(cc)
+
+
+def learn_passes(ctx: "RunContext", profiled: List[Dict[str, Any]]) -> None:
+    """Remember what ncu said each launch of this plan took (every launch the same), so
+    the next estimate on this pod uses it."""
+    from ..profilers.ncu_cmd import DEFAULT_SECTIONS
+    from . import tier3_cost
+
+    counts = {int(p.get("passes") or 0) for p in profiled}
+    if len(counts) == 1:
+        key = tier3_cost.plan_key(run_cc(ctx), ctx.spec.get("ncu_set"),
+                                  ctx.spec.get("ncu_sections"), DEFAULT_SECTIONS)
+        tier3_cost.remember_passes(runs.cache_root(), key, counts.pop())
+
+
+def tier3_budget(ctx: "RunContext", estimate: Dict[str, Any], t0: float) -> None:
+    """Stop a plan whose estimate exceeds ``--max-tier3-seconds`` before ncu starts.
+
+    Raises:
+        WorkloadError: over budget (the run ends ``failed``, everything before kept); the
+            diagnosis names the cheaper plans.
+    """
+    from .tier3_cost import over_budget
+
+    if not over_budget(estimate):
+        return
+    seconds, budget = float(estimate["seconds"]), float(estimate["budget_s"])
+    ctx.emit(wire.make("tier_started", tier=3, name="Nsight Compute", estimate=estimate))
+    cause = ("Tier 3 would take about %.0f s (%d launch(es) × %d passes, %.1f s to start), "
+             "over --max-tier3-seconds %g" % (seconds, estimate["launches"],
+                                              estimate["passes"], estimate["start_s"], budget))
+    ctx.emit(wire.make(
+        "diagnosis", code="tier3_over_budget", severity="error",
+        title="Tier 3 stopped before ncu started: over its time budget", cause=cause,
+        meaning="nothing was profiled by ncu; Tiers 1 and 2 are kept",
+        remedies=[*(estimate.get("cheaper") or []),
+                  "or raise --max-tier3-seconds above %.0f" % seconds],
+        details={"estimate_s": seconds, "budget_s": budget}))
+    ctx.emit(wire.make("tier_finished", tier=3, status="skipped", wall_s=time.time() - t0,
+                       reason="estimated %.0f s, over --max-tier3-seconds %g"
+                       % (seconds, budget)))
+    cheaper = estimate.get("cheaper") or []
+    raise WorkloadError(cause + ("; try " + cheaper[0] if cheaper else
+                                 "; raise --max-tier3-seconds"))
 
 
 def read_report(ctx: "RunContext", ncu: str, rep: str) -> List[Dict[str, Any]]:

@@ -261,7 +261,23 @@ class Nvml:
         if self._has("nvmlShutdown"):
             self._lib.nvmlShutdown()
 
-    # -- plumbing
+    # -- plumbing (public for the GPM reader, gpm.py, which shares this session)
+    def handle(self, index: int) -> ctypes.c_void_p:
+        """NVML's device handle of GPU ``index``."""
+        return self._handles[index]
+
+    def has(self, name: str) -> bool:
+        """Whether the library exports ``name`` (older drivers lack newer functions)."""
+        return self._has(name)
+
+    def call(self, name: str, *args: Any) -> int:
+        """Call an NVML function; its return code (-1 when the symbol is missing)."""
+        return self._call(name, *args)
+
+    def error_text(self, code: int) -> str:
+        """``nvmlErrorString`` of a return code."""
+        return self._error_text(code)
+
     def _has(self, name: str) -> bool:
         return hasattr(self._lib, name)
 
@@ -362,7 +378,15 @@ class Nvml:
             "temp_c": live["temp_c"],
             "clock_events": live["clock_events"],
             "processes": self.processes(index),
+            **self._gpm(index),
         }
+
+    def _gpm(self, index: int) -> dict[str, Any]:
+        """Whether NVML GPM answers for this user on GPU ``index``: asked, not assumed."""
+        from .gpm import probe
+
+        ok, why = probe(self, index)
+        return {"gpm_supported": ok, "gpm_reason": why}
 
     def max_sm_clock_mhz(self, index: int) -> float | None:
         """The GPU's highest SM clock (its boost ceiling), or None."""
@@ -592,6 +616,11 @@ _NVML = _NvmlState()
 def nvml_session(nvml_lib: str = NVML_LIB) -> Nvml | None:
     """The process's open NVML session (opened on first use), or None without NVML."""
     return _NVML.get(nvml_lib)
+
+
+def nvml_error() -> str:
+    """Why the NVML session could not be opened (``"not tried"`` before a try)."""
+    return _NVML.error or ("not tried" if not _NVML.tried else "unknown error")
 
 
 # ----------------------------------------------------------------------------- nvidia-smi parsers

@@ -143,6 +143,9 @@ class LauncherScreen(Screen[None]):
                 placeholder="optional: a directory here, synced to the pod; the run "
                             "executes in it (a file is then a path inside it)",
                 id="workspace"))
+            yield from _row("Tier 3 budget", Input(placeholder="seconds (stops a longer plan "
+                                                            "before ncu)", id="max-tier3",
+                                                   type="number"))
             yield Label("Compare with", classes="section")
             yield from _row("baseline run", Select(self.baselines, id="baseline",
                                                    prompt="the workload's marked baseline"))
@@ -268,6 +271,7 @@ class LauncherScreen(Screen[None]):
             ncu_sections=self.query_one("#ncu-sections", Input).value.strip() or None,
             replay_mode=_choice(self, "#replay-mode"),
             clock_control=_choice(self, "#clock-control") or "none",
+            max_tier3_seconds=_optional_number(self, "#max-tier3", "max Tier 3 seconds"),
             gpu=None if _choice(self, "#gpu") in (None, "auto") else _choice(self, "#gpu"),
             workspace=self.query_one("#workspace", Input).value.strip() or None)
 
@@ -307,6 +311,13 @@ def _number(screen: Screen[None], selector: str, what: str) -> float:
         return float(text)
     except ValueError as exc:
         raise UsageError(f"{what} must be a number, not {text!r}") from exc
+
+
+def _optional_number(screen: Screen[None], selector: str, what: str) -> float | None:
+    """An empty field is None (no value), anything else must be a number."""
+    if not screen.query_one(selector, Input).value.strip():
+        return None
+    return _number(screen, selector, what)
 
 
 def _choice(screen: Screen[None], selector: str) -> str | None:

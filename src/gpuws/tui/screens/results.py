@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from ... import protocol
-from ...gpu import clocks
+from ...gpu import clocks, evidence
 from ...sessions.compare import Comparison, caution_lines, code_lines
 from ...text.textsafe import text as safe_text
 from ...text.textsafe import visible
@@ -144,6 +144,13 @@ def _summary(r: RunResults) -> Text:
         caution = clocks.caution(r.tier1.clocks)
         if caution is not None:
             text.append(f"\n! caution: {caution}", "yellow")
+    for tier in (1, 0):  # NVML GPM over Tier 1's window, or over a cmd:'s run
+        done = r.tiers.get(tier)
+        line = evidence.gpm_line(done.gpm if done is not None else None, evidence.gpm_over(
+            tier, r.tier1.mode if r.tier1 is not None else None))
+        if line is not None and done is not None:
+            text.append("\n" + line, "" if evidence.gpm_measured(done.gpm) else "dim")
+            break
     if r.static:
         text.append("\n")
         text.append(render_static(r.static))

@@ -87,6 +87,10 @@ class RunScreen(Screen[None]):
         self.title = f"run {visible(self.run_id, 80)}"
         self._update_subtitle()
         self.app.register_run_screen(self)
+        if self.live and self.app.link is not None:
+            # The session's rate prices Tier 3's estimate in the tier strip (a replay may
+            # be another session's run: no rate rather than the wrong one).
+            self.panes.model.rate_usd_per_hour = self.app.link.rate
         if not self._backfilled:
             self.app.backfill(self)
         if self.live:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
+from ....gpu import evidence
 from ....live.model import TIER_NAMES, RunModel, TierState
 from ....text.textsafe import visible
+from ... import fmt
 from ...fmt import duration
 from ..quiet import QuietStatic
 
@@ -61,6 +63,10 @@ def _row(state: TierState, model: RunModel, now: float | None) -> tuple[Text, Te
         end = now if now is not None else (model.last_ts or state.started)
         took = duration(max(0.0, end - state.started))
         detail = Text("running", "cyan")
+        if state.estimate is not None:
+            usd = evidence.estimate_cost(state.estimate, model.rate_usd_per_hour)
+            detail.append(f" · est. {duration(state.estimate.seconds)}"
+                          + (f" ({fmt.usd(usd)})" if usd is not None else ""), "dim")
     else:
         took = duration(state.wall_s)
         detail = Text()
@@ -69,6 +75,9 @@ def _row(state: TierState, model: RunModel, now: float | None) -> tuple[Text, Te
             detail.append(f" · GPU {duration(state.gpu_s)}", "dim")
         if state.source:
             detail.append(f" · {visible(state.source, 200)}")
+        gpm = evidence.gpm_short(state.gpm)
+        if gpm:
+            detail.append(f" · {gpm}", "" if evidence.gpm_measured(state.gpm) else "dim")
         if state.reason:
             detail.append(f" — {visible(state.reason)}", "dim")
     return Text(icon, style), name, took, detail

@@ -2,6 +2,8 @@
 
 The final figure comes with the clocks it was taken at, and a caution when they undermine
 it (throttling, a varying SM clock): :mod:`gpuws.gpu.clocks` decides, as for every face.
+NVML GPM over the same window (or over a ``cmd:``'s whole run) follows, labelled with its
+source, or the one line saying why GPM gave nothing (:mod:`gpuws.gpu.evidence`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Sparkline, Static
 
 from .... import protocol
-from ....gpu import clocks
+from ....gpu import clocks, evidence
 from ....live.model import RunModel
 from ....text.textsafe import visible
 from ... import fmt
@@ -30,6 +32,7 @@ class TimingPane(Vertical):
     TimingPane { height: 1fr; }
     TimingPane #t1-stats { height: 3; padding: 0 1; }
     TimingPane #t1-clocks { height: auto; padding: 0 1; display: none; }
+    TimingPane #t1-gpm { height: auto; padding: 0 1; display: none; }
     TimingPane Horizontal { height: 2; padding: 0 1; }
     TimingPane .caption { color: $text-muted; width: 9; }
     TimingPane Sparkline { height: 2; width: 1fr; }
@@ -39,6 +42,7 @@ class TimingPane(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(Text("Tier 1 has not sent samples yet", "dim"), id="t1-stats")
         yield Static(id="t1-clocks")
+        yield Static(id="t1-gpm")
         with Horizontal():
             yield Label("latest\nsamples", classes="caption")
             yield Sparkline([], id="t1-spark")
@@ -53,8 +57,25 @@ class TimingPane(Vertical):
             # Once, when the final result arrives: the only layout pass this pane makes.
             self.query_one("#t1-clocks", Static).update(clock_text(model.tier1))
             self.query_one("#t1-clocks").display = True
+        gpm = gpm_text(model)
+        if gpm is not None and not self.query_one("#t1-gpm").display:
+            self.query_one("#t1-gpm", Static).update(gpm)
+            self.query_one("#t1-gpm").display = True
         self.query_one("#t1-spark", Sparkline).data = model.samples[-SPARK_SAMPLES:]
         self.query_one("#t1-hist", Histogram).show(model.sorted_samples, marks)
+
+
+def gpm_text(model: RunModel) -> Text | None:
+    """NVML GPM over Tier 1's window (or a ``cmd:``'s run), or None before it arrives."""
+    mode = model.tier1.mode if model.tier1 is not None else None
+    for tier in (1, 0):
+        state = model.tiers.get(tier)
+        line = evidence.gpm_line(state.gpm if state is not None else None,
+                                 evidence.gpm_over(tier, mode))
+        if line is not None:
+            measured = evidence.gpm_measured(state.gpm if state is not None else None)
+            return Text(line, "" if measured else "dim")
+    return None
 
 
 def clock_text(result: protocol.Tier1Result) -> Text:
