@@ -329,8 +329,7 @@ def check_answer(ev: AnswerT) -> AnswerT:
     Raises:
         ProtocolError: the answer was refused; the message says why.
     """
-    if isinstance(ev, protocol.ProbeResult):
-        ev = bound_gpu_list(ev)
+    ev = bound_gpu_list(ev)
     why: list[str] = []
     if Boundary(on_refusal=lambda _kind, message, _n: why.append(message)).check(ev) is None:
         raise ProtocolError(f"the pod's answer was refused: {why[0] if why else '?'}",
@@ -344,9 +343,12 @@ def check_answer(ev: AnswerT) -> AnswerT:
 MAX_GPUS = MAX_GPU_INDEX + 1
 
 
-def bound_gpu_list(ev: protocol.ProbeResult) -> protocol.ProbeResult:
-    """The probe with at most :data:`MAX_GPUS` GPUs; what was cut is said in ``gpu_error``
-    (the dashboard and ``doctor`` show it beside the GPUs kept)."""
+def bound_gpu_list(ev: AnswerT) -> AnswerT:
+    """A probe with at most :data:`MAX_GPUS` GPUs; what was cut is said in ``gpu_error``
+    (the dashboard and ``doctor`` show it beside the GPUs kept). Other answers: as they are.
+    """
+    if not isinstance(ev, protocol.ProbeResult):
+        return ev
     gpus = ev.probe.gpus
     if len(gpus) <= MAX_GPUS:
         return ev
