@@ -25,6 +25,7 @@ from gpuws import physical, protocol
 from gpuws.commands.run import Printer
 from gpuws.live.boundary import Boundary, is_refusal
 from gpuws.live.engine import Notice
+from gpuws.live.model import RunModel
 from security.test_untrusted_lying_agent import (  # type: ignore[import-not-found]
     NOW,
     RUN_DIR,
@@ -243,3 +244,21 @@ def test_a_lying_agent_s_1e308_samples_are_refused_and_the_rest_stored(
     assert len(said) == 1 and "values_ms[1] = 1e+308 is not a physical value" in said[0]
     out = capsys.readouterr()
     assert "Traceback" not in out.err
+
+
+@settings(max_examples=200)
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=40))
+def test_the_model_s_figures_stay_finite_whatever_was_stored(values: list[float]) -> None:
+    # What an older gpuws stored unchecked: the model leaves it out of every figure, so the
+    # histogram, the sparkline and the statistics line only ever see times a call takes.
+    model = RunModel(RUN)
+    model.apply([protocol.Samples(run_id=RUN, seq=0, ts=NOW, values_ms=values)])
+    kept = [v for v in values if physical.within(v, "ms")]
+    assert model.samples == kept and model.samples_dropped == len(values) - len(kept)
+    stats = model.running_stats()
+    if stats is None:
+        assert not kept
+    else:
+        figures = (stats.median_ms, stats.ci_low_ms, stats.ci_high_ms, stats.min_ms,
+                   stats.max_ms, stats.p5_ms, stats.p95_ms)
+        assert all(math.isfinite(x) for x in figures)
