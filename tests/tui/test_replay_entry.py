@@ -10,6 +10,7 @@ Before: ``replay MISSING.ndjson`` opened a blank TUI blaming "no session", ``REA
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -17,13 +18,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
 from faults.figures import record  # type: ignore[import-not-found]
 from gpuws.live import storeio
-from gpuws.live.replay import MAX_RUNS
+from gpuws.live.replay import MAX_RUNS, RecordingFile, play, stream
 from gpuws.live.storeio import StoreHandle
 from gpuws.tui.screens.run import RunScreen
 from gpuws.tui.workers import MAX_REPLAY_SCREENS
@@ -183,3 +185,30 @@ def test_killed_replays_leave_no_store_behind(tmp_path: Path,
     assert left == []
     record("test_killed_replays_leave_no_store_behind", killed=len(killed),
            left_behind=len(left))
+
+
+def test_a_recording_is_read_as_it_plays_not_whole(tmp_path: Path) -> None:
+    # 100,000 output events (about 20 MB): playing them holds a batch at a time; the old
+    # reader held the whole file and every decoded event at once.
+    source = tmp_path / "long.ndjson"
+    now = time.time() - 3600
+    line = {"type": "output", "run_id": "r-long", "stream": "stdout", "text": "x" * 150}
+    with source.open("w") as f:
+        for seq in range(100_000):
+            f.write(json.dumps({**line, "seq": seq, "ts": now + seq * 1e-4}) + "\n")
+    size = source.stat().st_size
+    pushed = [0]
+
+    def push(_: object) -> None:
+        pushed[0] += 1
+
+    tracemalloc.start()
+    try:
+        count = asyncio.run(play(stream(RecordingFile(source).open()), push, speed=None))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == pushed[0] == 100_000
+    assert peak < size / 4, (peak, size)
+    record("test_a_recording_is_read_as_it_plays_not_whole", events=count, file_bytes=size,
+           peak_bytes=peak)
