@@ -160,15 +160,49 @@ def problem(msg: msgspec.Struct) -> str | None:
     return _struct_problem(msg, "")
 
 
+#: Per struct type: its ranged fields (with their kinds), and the fields that may hold
+#: structs to look inside. Worked out once per type, so an ``output`` event (one ranged
+#: field, nothing nested) costs one lookup and one comparison, not a walk of every field.
+_PLANS: dict[type, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {}
+
+
+def _plan(cls: type) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        name = cls.__name__
+        info = msgspec.inspect.type_info(cls)
+        assert isinstance(info, msgspec.inspect.StructType)
+        ranged = tuple((f.name, FIELDS[(name, f.name)]) for f in info.fields
+                       if (name, f.name) in FIELDS)
+        nested = tuple(f.name for f in info.fields
+                       if (name, f.name) not in FIELDS and _holds_struct(f.type))
+        plan = _PLANS[cls] = (ranged, nested)
+    return plan
+
+
+def _holds_struct(t: msgspec.inspect.Type) -> bool:
+    if isinstance(t, msgspec.inspect.StructType):
+        return True
+    if isinstance(t, msgspec.inspect.UnionType):
+        return any(_holds_struct(x) for x in t.types)
+    if isinstance(t, msgspec.inspect.ListType):
+        return _holds_struct(t.item_type)
+    return False
+
+
 def _struct_problem(msg: msgspec.Struct, path: str) -> str | None:
-    name = type(msg).__name__
-    for field in msg.__struct_fields__:
+    ranged, nested = _plan(type(msg))
+    for field, kind in ranged:
+        value = getattr(msg, field)
+        if value is None or (type(value) in (int, float) and within(value, kind)):
+            continue  # the common case, without building a path
+        why = _value_problem(value, kind, f"{path}{field}")
+        if why is not None:
+            return why
+    for field in nested:
         value = getattr(msg, field)
         where = f"{path}{field}"
-        kind = FIELDS.get((name, field))
-        if kind is not None:
-            why = _value_problem(value, kind, where)
-        elif isinstance(value, msgspec.Struct):
+        if isinstance(value, msgspec.Struct):
             why = _struct_problem(value, where + ".")
         elif isinstance(value, list):
             why = next((w for i, item in enumerate(value) if isinstance(item, msgspec.Struct)

@@ -158,13 +158,16 @@ class Boundary:
 
     # ------------------------------------------------------------------ checks
     def check(self, ev: protocol.Events | protocol.BadLine) -> protocol.Events | None:
-        """The event to pass on (``ev`` itself, or a ``log`` standing in for it), or None."""
+        """The event to pass on (``ev`` itself, a probe with its GPU list cut to
+        :data:`MAX_GPUS`, or a ``log`` standing in for a refused run event), or None."""
         if isinstance(ev, protocol.BadLine):
             self.bad_samples.append(ev)
             self._refuse("bad_line", f"a line from the pod is not a protocol event "
                                      f"({visible(ev.reason, 200)}): {visible(ev.preview, 80)}")
             return None
         if ev.run_id is None:
+            if isinstance(ev, protocol.ProbeResult):  # a probe not asked for: the same cut
+                ev = msgspec.structs.replace(ev, probe=_cut_gpus(ev.probe))
             try:
                 _check_ts(ev.ts, None, self.now())
                 _check_bounds(ev)
@@ -347,17 +350,20 @@ def bound_gpu_list(ev: AnswerT) -> AnswerT:
     """A probe with at most :data:`MAX_GPUS` GPUs; what was cut is said in ``gpu_error``
     (the dashboard and ``doctor`` show it beside the GPUs kept). Other answers: as they are.
     """
-    if not isinstance(ev, protocol.ProbeResult):
+    if not isinstance(ev, protocol.ProbeResult) or len(ev.probe.gpus) <= MAX_GPUS:
         return ev
-    gpus = ev.probe.gpus
+    return msgspec.structs.replace(ev, probe=_cut_gpus(ev.probe))
+
+
+def _cut_gpus(probe: protocol.Probe) -> protocol.Probe:
+    gpus = probe.gpus
     if len(gpus) <= MAX_GPUS:
-        return ev
+        return probe
     note = (f"the pod listed {len(gpus):,} GPUs; gpuws keeps the first {MAX_GPUS} "
             "(no machine has more)")
-    if ev.probe.gpu_error:
-        note += f"; {ev.probe.gpu_error}"
-    probe = msgspec.structs.replace(ev.probe, gpus=gpus[:MAX_GPUS], gpu_error=note)
-    return msgspec.structs.replace(ev, probe=probe)
+    if probe.gpu_error:
+        note += f"; {probe.gpu_error}"
+    return msgspec.structs.replace(probe, gpus=gpus[:MAX_GPUS], gpu_error=note)
 
 
 def is_refusal(ev: protocol.Events) -> bool:
