@@ -70,6 +70,8 @@ def test_replay_entry_points_refuse_mistakes_before_the_tui(tmp_path: Path) -> N
         (["replay", str(fifo)], ("not a regular file",)),
         (["replay", str(big)], ("269,484,032 bytes", "256 MiB")),
         (["replay", str(RECORDING), "--run", "nope"], ("no run events of run nope",)),
+        # A good recording, but no terminal to show it in: said, not a TUI waiting forever.
+        (["replay", str(RECORDING), "--instant"], ("needs a terminal", "gpuws export")),
     ]
     said = []
     for args, words in cases:
@@ -82,7 +84,8 @@ def test_replay_of_an_unknown_session_or_run_is_refused(tmp_path: Path) -> None:
     env = {"GPUWS_HOME": os.environ["GPUWS_HOME"]}
     sid, _ = fill_store()
     _refused(gpuws("replay", "zzzz", env=env), "zzzz: no such file, nor a stored session")
-    _refused(gpuws("replay", sid, "--run", "nope", env=env), "nope")
+    _refused(gpuws("replay", sid, "--run", "nope", env=env),
+             f"--run nope: no such run in session {sid}", f"gpuws history {sid}")
 
 
 async def test_esc_leaves_a_replay() -> None:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 
+from ..errors import UsageError
 from ..live.link import Target
 from ..live.replay import check_file, check_session, check_speed
 from ..live.storeio import StoreHandle
@@ -55,6 +57,11 @@ async def replay(args: argparse.Namespace) -> int:
         await asyncio.to_thread(check_file, path, args.run)
     else:
         await asyncio.to_thread(_check_stored, args.source, args.run)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        # Without one the TUI would wait forever for keys nobody can press.
+        raise UsageError("replay shows the run in the TUI, which needs a terminal",
+                         remedy="run it in a terminal; `gpuws history` and `gpuws export "
+                                "SESSION` read stored runs without one")
     return await run_app(make_app(StartReplay(args.source, speed=speed, run=args.run)))
 
 
