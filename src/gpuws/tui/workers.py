@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -276,7 +277,7 @@ async def replay(app: GpuwsApp, start: StartReplay) -> None:
             raise StoreError("a file replay needs a throwaway store",
                              remedy="start it with `gpuws replay FILE`")
         rec_file = RecordingFile(path, only_run=start.run).open()
-        events: Any = stream(rec_file)
+        events: AsyncIterator[protocol.Events] | list[protocol.Events] = stream(rec_file)
         label = rec_file.label
         first = await _first_ts(rec_file)
         session_id = await app.store.call(
@@ -309,12 +310,15 @@ async def replay(app: GpuwsApp, start: StartReplay) -> None:
     if rec_file is not None and last_ts:
         await app.store.call(lambda s: s.end_session(session_id, ended=last_ts[0]))
     if rec_file is not None and (rec_file.bad_lines or rec_file.skipped_events):
-        bad = rec_file.first_bad
-        why = f" ({visible(bad.reason, 200)})" if bad is not None else ""
-        skipped = (f"; {rec_file.skipped_events:,} events of runs past the first "
-                   f"{MAX_RUNS} skipped" if rec_file.skipped_events else "")
-        app.notify(f"{rec_file.bad_lines:,} unreadable line(s) skipped{why}{skipped}",
-                   severity="warning", markup=False)
+        said = []
+        if rec_file.bad_lines:
+            bad = rec_file.first_bad
+            why = f" ({visible(bad.reason, 200)})" if bad is not None else ""
+            said.append(f"{rec_file.bad_lines:,} unreadable line(s) skipped{why}")
+        if rec_file.skipped_events:
+            said.append(f"{rec_file.skipped_events:,} events of runs past the first "
+                        f"{MAX_RUNS} skipped")
+        app.notify("; ".join(said), severity="warning", markup=False)
     unshown = max(0, runs[0] - MAX_REPLAY_SCREENS)
     more = (f"; {unshown:,} more runs were stored without panes (Sessions lists them)"
             if unshown else "")
