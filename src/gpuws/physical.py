@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
+
+S = TypeVar("S", bound=msgspec.Struct)
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,8 @@ def problem(msg: msgspec.Struct) -> str | None:
 #: structs to look inside. Worked out once per type, so an ``output`` event (one ranged
 #: field, nothing nested) costs one lookup and one comparison, not a walk of every field.
 _PLANS: dict[type, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {}
+#: Per struct type: its ranged fields that may be None ("not measured").
+_NULLABLE: dict[type, frozenset[str]] = {}
 
 
 def _plan(cls: type) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
@@ -176,8 +180,48 @@ def _plan(cls: type) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
                        if (name, f.name) in FIELDS)
         nested = tuple(f.name for f in info.fields
                        if (name, f.name) not in FIELDS and _holds_struct(f.type))
+        _NULLABLE[cls] = frozenset(
+            f.name for f in info.fields if (name, f.name) in FIELDS
+            and isinstance(f.type, msgspec.inspect.UnionType)
+            and any(isinstance(t, msgspec.inspect.NoneType) for t in f.type.types))
         plan = _PLANS[cls] = (ranged, nested)
     return plan
+
+
+def blank(msg: S) -> tuple[S, list[str]]:
+    """``msg`` with each number that may be missing and is not physical set to None ("not
+    measured"), and where those were. Numbers that must be there are left for
+    :func:`problem` to refuse.
+
+    For a probe: one GPU's garbage reading (an NVML power of 4,294,967 W on a broken
+    board) should not cost the person the whole dashboard.
+    """
+    where: list[str] = []
+    return _blank(msg, "", where), where
+
+
+def _blank(msg: S, path: str, where: list[str]) -> S:
+    ranged, nested = _plan(type(msg))
+    nullable = _NULLABLE[type(msg)]
+    changes: dict[str, Any] = {}
+    for field, kind in ranged:
+        value = getattr(msg, field)
+        if field in nullable and type(value) in (int, float) and not within(value, kind):
+            changes[field] = None
+            where.append(f"{path}{field} = {value!r:.40}")
+    for field in nested:
+        value = getattr(msg, field)
+        if isinstance(value, msgspec.Struct):
+            new: Any = _blank(value, f"{path}{field}.", where)
+        elif isinstance(value, list):
+            new = [_blank(item, f"{path}{field}[{i}].", where)
+                   if isinstance(item, msgspec.Struct) else item
+                   for i, item in enumerate(value)]
+        else:
+            continue
+        if new is not value and new != value:
+            changes[field] = new
+    return msgspec.structs.replace(msg, **changes) if changes else msg
 
 
 def _holds_struct(t: msgspec.inspect.Type) -> bool:

@@ -188,16 +188,27 @@ def test_a_telemetry_sample_out_of_range_is_refused() -> None:
     assert b.refusals["value"].count == 1
 
 
-def test_a_probe_with_non_physical_numbers_is_refused() -> None:
+def test_a_probe_s_garbage_readings_are_left_out_and_its_lies_refused() -> None:
     from gpuws.errors import ProtocolError
     from gpuws.live.boundary import check_answer
     from tui.tuikit import h200_probe  # type: ignore[import-not-found]
 
     probe = h200_probe()
+    gpu = probe.gpus[0]
+    # A reading that may be missing: shown as not measured, the rest of the probe kept.
     bad = msgspec.structs.replace(probe, gpus=[msgspec.structs.replace(
-        probe.gpus[0], memory_total_mib=1e308)])
-    with pytest.raises(ProtocolError, match=r"gpus\[0\].memory_total_mib"):
-        check_answer(protocol.ProbeResult(ts=time.time(), probe=bad))
+        gpu, memory_total_mib=1e308, power_w=4294967.295)])
+    kept = check_answer(protocol.ProbeResult(ts=time.time(), probe=bad)).probe
+    assert kept.gpus[0].memory_total_mib is None and kept.gpus[0].power_w is None
+    assert kept.gpus[0].name == gpu.name and kept.gpus[0].sm_clock_mhz == gpu.sm_clock_mhz
+    assert kept.gpu_error is not None and "2 reading(s) no GPU gives left out: " \
+        "gpus[0].memory_total_mib = 1e+308, gpus[0].power_w = 4294967.295" in kept.gpu_error
+    # A number that must be there and is no number a pod has: the answer is refused.
+    lie = msgspec.structs.replace(probe, gpus=[msgspec.structs.replace(gpu, index=70_000)])
+    with pytest.raises(ProtocolError, match=r"gpus\[0\].index = 70000"):
+        check_answer(protocol.ProbeResult(ts=time.time(), probe=lie))
+    honest = check_answer(protocol.ProbeResult(ts=time.time(), probe=probe)).probe
+    assert honest == probe  # nothing changed in an honest probe
 
 
 # ---------------------------------------------------------------------- a lying agent

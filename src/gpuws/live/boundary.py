@@ -347,23 +347,34 @@ MAX_GPUS = MAX_GPU_INDEX + 1
 
 
 def bound_gpu_list(ev: AnswerT) -> AnswerT:
-    """A probe with at most :data:`MAX_GPUS` GPUs; what was cut is said in ``gpu_error``
-    (the dashboard and ``doctor`` show it beside the GPUs kept). Other answers: as they are.
+    """A probe with at most :data:`MAX_GPUS` GPUs and its optional readings physical; what
+    was cut is said in ``gpu_error`` (the dashboard and ``doctor`` show it beside the GPUs
+    kept). Other answers: as they are.
     """
-    if not isinstance(ev, protocol.ProbeResult) or len(ev.probe.gpus) <= MAX_GPUS:
+    if not isinstance(ev, protocol.ProbeResult):
         return ev
-    return msgspec.structs.replace(ev, probe=_cut_gpus(ev.probe))
+    probe = _cut_gpus(ev.probe)
+    return ev if probe is ev.probe else msgspec.structs.replace(ev, probe=probe)
 
 
 def _cut_gpus(probe: protocol.Probe) -> protocol.Probe:
+    """At most :data:`MAX_GPUS` GPUs, and readings no GPU gives shown as not measured
+    (one garbage reading should not refuse the whole probe); both said in ``gpu_error``."""
     gpus = probe.gpus
-    if len(gpus) <= MAX_GPUS:
+    notes = []
+    if len(gpus) > MAX_GPUS:
+        notes.append(f"the pod listed {len(gpus):,} GPUs; gpuws keeps the first {MAX_GPUS} "
+                     "(no machine has more)")
+        probe = msgspec.structs.replace(probe, gpus=gpus[:MAX_GPUS])
+    probe, blanked = physical.blank(probe)
+    if blanked:
+        notes.append(f"{len(blanked)} reading(s) no GPU gives left out: "
+                     + ", ".join(blanked[:3]) + (" …" if len(blanked) > 3 else ""))
+    if not notes:
         return probe
-    note = (f"the pod listed {len(gpus):,} GPUs; gpuws keeps the first {MAX_GPUS} "
-            "(no machine has more)")
     if probe.gpu_error:
-        note += f"; {probe.gpu_error}"
-    return msgspec.structs.replace(probe, gpus=gpus[:MAX_GPUS], gpu_error=note)
+        notes.append(probe.gpu_error)
+    return msgspec.structs.replace(probe, gpu_error="; ".join(notes))
 
 
 def is_refusal(ev: protocol.Events) -> bool:
