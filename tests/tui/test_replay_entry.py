@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -215,3 +216,47 @@ def test_a_recording_is_read_as_it_plays_not_whole(tmp_path: Path) -> None:
     assert peak < size / 4, (peak, size)
     record("test_a_recording_is_read_as_it_plays_not_whole", events=count, file_bytes=size,
            peak_bytes=peak)
+
+
+def test_a_replay_ended_by_sigterm_or_sighup_removes_its_store(tmp_path: Path) -> None:
+    # A real `gpuws replay` in a real pseudo-terminal (it refuses to start without one).
+    removed = 0
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        master, slave = os.openpty()
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from gpuws.cli import main; sys.exit(main())",
+             "replay", str(RECORDING), "--speed", "0.01"],
+            stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+            env={**os.environ, "PYTHONPATH": str(SRC), "TMPDIR": str(tmp_path),
+                 "TERM": "xterm-256color"})
+        os.close(slave)
+        screen: list[bytes] = []
+        drained = threading.Thread(target=_drain, args=(master, screen), daemon=True)
+        drained.start()
+        try:
+            deadline = time.monotonic() + 120
+            # Ended once its panes are up (the footer drawn) and its store is written.
+            while not (list(tmp_path.glob(storeio.SCRATCH_PREFIX + "*/sessions.db"))
+                       and b"Leave replay" in b"".join(screen)):
+                assert time.monotonic() < deadline and child.poll() is None, b"".join(screen)
+                time.sleep(0.05)
+            child.send_signal(sig)
+            assert child.wait(60) == 130, b"".join(screen)[-2000:]
+        finally:
+            if child.poll() is None:
+                child.kill()
+            os.close(master)
+        left = list(tmp_path.glob(storeio.SCRATCH_PREFIX + "*"))
+        assert left == [], sig
+        removed += 1
+    record("test_a_replay_ended_by_sigterm_or_sighup_removes_its_store", signals=2,
+           stores_removed=removed)
+
+
+def _drain(fd: int, screen: list[bytes]) -> None:
+    """Read the child's screen so its writes never block on a full terminal buffer."""
+    try:
+        while chunk := os.read(fd, 65536):
+            screen[:] = [b"".join(screen)[-4000:] + chunk]
+    except OSError:
+        pass

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
+from functools import partial
 from pathlib import Path
 
 from ..errors import UsageError
@@ -26,10 +28,19 @@ def make_app(start: Start, *, ssh_config: str | None = None) -> GpuwsApp:
 
 
 async def run_app(app: GpuwsApp) -> int:
-    """Run until the person quits; the session is ended and the link closed either way."""
+    """Run until the person quits; the session is ended and the link closed either way.
+
+    SIGTERM and SIGHUP (the terminal closed) end it like Ctrl+C (exit 130): the session is
+    ended and a replay's throwaway store removed, where the default action left both.
+    """
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, partial(app.exit, return_code=130))
     try:
         await app.run_async()
     finally:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
         await app.shutdown()
     return app.return_code or 0
 
