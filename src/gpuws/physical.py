@@ -2,7 +2,7 @@
 
 The trust boundary (:mod:`gpuws.live.boundary`) refuses an event holding a number no GPU,
 clock or run can produce (a kernel time of 1e308 s, a negative duration, a share of
-5,000 %); the views use the same bounds to clamp what an older gpuws stored before that
+5,000 %); the views use the same bounds to leave out what an older gpuws stored before that
 check existed, so a stored event can never make a later view crash.
 
 Bounds are generous on purpose: they must never refuse an honest figure, only the ones
@@ -284,13 +284,6 @@ def _value_problem(value: Any, kind: str, where: str) -> str | None:
     unit = f" {bound.unit}" if bound.unit else ""
     return (f"{where} = {value!r:.40} is not a physical value "
             f"({bound.low:.6g} … {bound.high:.6g}{unit})")
-
-
-def clamp(value: float, low: float, high: float) -> float:
-    """``value`` inside ``[low, high]``; NaN becomes ``low`` (for drawing only)."""
-    if not value >= low:  # also NaN
-        return low
-    return min(value, high)
 
 
 def keep(values: list[float], kind: str) -> list[float]:
