@@ -76,7 +76,8 @@ def make_parser() -> argparse.ArgumentParser:
                       help="play N times faster than recorded (default 1)")
     pace.add_argument("--instant", action="store_true", help="show everything at once")
     p.add_argument("--run", metavar="RUN_ID",
-                   help="only this run of the session (`gpuws history SESSION` lists them)")
+                   help="only this run of the session or file (`gpuws history SESSION` lists "
+                        "a session's runs)")
     p.set_defaults(func=_tui("replay"))
 
     p = sub.add_parser("doctor", help="deploy the agent and show what the pod has")

@@ -2,7 +2,7 @@
 
 The trust boundary (:mod:`gpuws.live.boundary`) refuses an event holding a number no GPU,
 clock or run can produce (a kernel time of 1e308 s, a negative duration, a share of
-5,000 %); the views use the same bounds to clamp what an older gpuws stored before that
+5,000 %); the views use the same bounds to leave out what an older gpuws stored before that
 check existed, so a stored event can never make a later view crash.
 
 Bounds are generous on purpose: they must never refuse an honest figure, only the ones
@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
+
+S = TypeVar("S", bound=msgspec.Struct)
 
 
 @dataclass(frozen=True)
@@ -187,15 +189,91 @@ def problem(msg: msgspec.Struct) -> str | None:
     return _struct_problem(msg, "")
 
 
+#: Per struct type: its ranged fields (with their kinds), and the fields that may hold
+#: structs to look inside. Worked out once per type, so an ``output`` event (one ranged
+#: field, nothing nested) costs one lookup and one comparison, not a walk of every field.
+_PLANS: dict[type, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {}
+#: Per struct type: its ranged fields that may be None ("not measured").
+_NULLABLE: dict[type, frozenset[str]] = {}
+
+
+def _plan(cls: type) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        name = cls.__name__
+        info = msgspec.inspect.type_info(cls)
+        assert isinstance(info, msgspec.inspect.StructType)
+        ranged = tuple((f.name, FIELDS[(name, f.name)]) for f in info.fields
+                       if (name, f.name) in FIELDS)
+        nested = tuple(f.name for f in info.fields
+                       if (name, f.name) not in FIELDS and _holds_struct(f.type))
+        _NULLABLE[cls] = frozenset(
+            f.name for f in info.fields if (name, f.name) in FIELDS
+            and isinstance(f.type, msgspec.inspect.UnionType)
+            and any(isinstance(t, msgspec.inspect.NoneType) for t in f.type.types))
+        plan = _PLANS[cls] = (ranged, nested)
+    return plan
+
+
+def blank(msg: S) -> tuple[S, list[str]]:
+    """``msg`` with each number that may be missing and is not physical set to None ("not
+    measured"), and where those were. Numbers that must be there are left for
+    :func:`problem` to refuse.
+
+    For a probe: one GPU's garbage reading (an NVML power of 4,294,967 W on a broken
+    board) should not cost the person the whole dashboard.
+    """
+    where: list[str] = []
+    return _blank(msg, "", where), where
+
+
+def _blank(msg: S, path: str, where: list[str]) -> S:
+    ranged, nested = _plan(type(msg))
+    nullable = _NULLABLE[type(msg)]
+    changes: dict[str, Any] = {}
+    for field, kind in ranged:
+        value = getattr(msg, field)
+        if field in nullable and type(value) in (int, float) and not within(value, kind):
+            changes[field] = None
+            where.append(f"{path}{field} = {value!r:.40}")
+    for field in nested:
+        value = getattr(msg, field)
+        if isinstance(value, msgspec.Struct):
+            new: Any = _blank(value, f"{path}{field}.", where)
+        elif isinstance(value, list):
+            new = [_blank(item, f"{path}{field}[{i}].", where)
+                   if isinstance(item, msgspec.Struct) else item
+                   for i, item in enumerate(value)]
+        else:
+            continue
+        if new is not value and new != value:
+            changes[field] = new
+    return msgspec.structs.replace(msg, **changes) if changes else msg
+
+
+def _holds_struct(t: msgspec.inspect.Type) -> bool:
+    if isinstance(t, msgspec.inspect.StructType):
+        return True
+    if isinstance(t, msgspec.inspect.UnionType):
+        return any(_holds_struct(x) for x in t.types)
+    if isinstance(t, msgspec.inspect.ListType):
+        return _holds_struct(t.item_type)
+    return False
+
+
 def _struct_problem(msg: msgspec.Struct, path: str) -> str | None:
-    name = type(msg).__name__
-    for field in msg.__struct_fields__:
+    ranged, nested = _plan(type(msg))
+    for field, kind in ranged:
+        value = getattr(msg, field)
+        if value is None or (type(value) in (int, float) and within(value, kind)):
+            continue  # the common case, without building a path
+        why = _value_problem(value, kind, f"{path}{field}")
+        if why is not None:
+            return why
+    for field in nested:
         value = getattr(msg, field)
         where = f"{path}{field}"
-        kind = FIELDS.get((name, field))
-        if kind is not None:
-            why = _value_problem(value, kind, where)
-        elif isinstance(value, msgspec.Struct):
+        if isinstance(value, msgspec.Struct):
             why = _struct_problem(value, where + ".")
         elif isinstance(value, list):
             why = next((w for i, item in enumerate(value) if isinstance(item, msgspec.Struct)
@@ -233,13 +311,6 @@ def _value_problem(value: Any, kind: str, where: str) -> str | None:
     unit = f" {bound.unit}" if bound.unit else ""
     return (f"{where} = {value!r:.40} is not a physical value "
             f"({bound.low:.6g} … {bound.high:.6g}{unit})")
-
-
-def clamp(value: float, low: float, high: float) -> float:
-    """``value`` inside ``[low, high]``; NaN becomes ``low`` (for drawing only)."""
-    if not value >= low:  # also NaN
-        return low
-    return min(value, high)
 
 
 def keep(values: list[float], kind: str) -> list[float]:

@@ -25,6 +25,7 @@ from gpuws import physical, protocol
 from gpuws.commands.run import Printer
 from gpuws.live.boundary import Boundary, is_refusal
 from gpuws.live.engine import Notice
+from gpuws.live.model import RunModel
 from security.test_untrusted_lying_agent import (  # type: ignore[import-not-found]
     NOW,
     RUN_DIR,
@@ -187,16 +188,27 @@ def test_a_telemetry_sample_out_of_range_is_refused() -> None:
     assert b.refusals["value"].count == 1
 
 
-def test_a_probe_with_non_physical_numbers_is_refused() -> None:
+def test_a_probe_s_garbage_readings_are_left_out_and_its_lies_refused() -> None:
     from gpuws.errors import ProtocolError
     from gpuws.live.boundary import check_answer
     from tui.tuikit import h200_probe  # type: ignore[import-not-found]
 
     probe = h200_probe()
+    gpu = probe.gpus[0]
+    # A reading that may be missing: shown as not measured, the rest of the probe kept.
     bad = msgspec.structs.replace(probe, gpus=[msgspec.structs.replace(
-        probe.gpus[0], memory_total_mib=1e308)])
-    with pytest.raises(ProtocolError, match=r"gpus\[0\].memory_total_mib"):
-        check_answer(protocol.ProbeResult(ts=time.time(), probe=bad))
+        gpu, memory_total_mib=1e308, power_w=4294967.295)])
+    kept = check_answer(protocol.ProbeResult(ts=time.time(), probe=bad)).probe
+    assert kept.gpus[0].memory_total_mib is None and kept.gpus[0].power_w is None
+    assert kept.gpus[0].name == gpu.name and kept.gpus[0].sm_clock_mhz == gpu.sm_clock_mhz
+    assert kept.gpu_error is not None and "2 reading(s) no GPU gives left out: " \
+        "gpus[0].memory_total_mib = 1e+308, gpus[0].power_w = 4294967.295" in kept.gpu_error
+    # A number that must be there and is no number a pod has: the answer is refused.
+    lie = msgspec.structs.replace(probe, gpus=[msgspec.structs.replace(gpu, index=70_000)])
+    with pytest.raises(ProtocolError, match=r"gpus\[0\].index = 70000"):
+        check_answer(protocol.ProbeResult(ts=time.time(), probe=lie))
+    honest = check_answer(protocol.ProbeResult(ts=time.time(), probe=probe)).probe
+    assert honest == probe  # nothing changed in an honest probe
 
 
 # ---------------------------------------------------------------------- a lying agent
@@ -243,3 +255,21 @@ def test_a_lying_agent_s_1e308_samples_are_refused_and_the_rest_stored(
     assert len(said) == 1 and "values_ms[1] = 1e+308 is not a physical value" in said[0]
     out = capsys.readouterr()
     assert "Traceback" not in out.err
+
+
+@settings(max_examples=200)
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=40))
+def test_the_model_s_figures_stay_finite_whatever_was_stored(values: list[float]) -> None:
+    # What an older gpuws stored unchecked: the model leaves it out of every figure, so the
+    # histogram, the sparkline and the statistics line only ever see times a call takes.
+    model = RunModel(RUN)
+    model.apply([protocol.Samples(run_id=RUN, seq=0, ts=NOW, values_ms=values)])
+    kept = [v for v in values if physical.within(v, "ms")]
+    assert model.samples == kept and model.samples_dropped == len(values) - len(kept)
+    stats = model.running_stats()
+    if stats is None:
+        assert not kept
+    else:
+        figures = (stats.median_ms, stats.ci_low_ms, stats.ci_high_ms, stats.min_ms,
+                   stats.max_ms, stats.p5_ms, stats.p95_ms)
+        assert all(math.isfinite(x) for x in figures)

@@ -17,6 +17,7 @@ import msgspec
 import pytest
 from textual.widgets import TabbedContent
 
+from faults.figures import record  # type: ignore[import-not-found]
 from gpuws import protocol
 from gpuws.cli import main
 from gpuws.sessions.export import export_session
@@ -28,6 +29,11 @@ from gpuws.tui.screens.run import RunScreen
 from gpuws.tui.screens.sessions import SessionsScreen
 from tui.tuikit import fill_store, h200_probe, recorded_events, until  # type: ignore[import-not-found]
 
+#: What each case opens: the run's four tabs at three sizes, the results' four tabs, the
+#: artifacts, the sessions screen, and the export.
+VIEWS = ("run timing", "run kernels", "run metrics", "run findings", "results metrics",
+         "results findings", "results roofline", "results compare", "artifacts", "sessions",
+         "export")
 #: (float, int) put into every numeric field of every event.
 WORST = [(1e308, 2**53), (-1e308, -(2**53)), (5e-324, 1), (0.0, 0), (-1.0, -1)]
 _ENVELOPE = {"run_id", "seq", "ts", "req"}
@@ -101,8 +107,11 @@ async def test_a_stored_hostile_run_opens_in_every_view(f: float, i: int,
         app.push_screen(SessionsScreen(sid))
         await until(pilot, lambda: isinstance(app.screen, SessionsScreen))
         await pilot.pause(0.5)
-        assert app._exception is None
-    assert app._exception is None
+        crashed = app._exception
+    crashes = int(crashed is not None) + int(app._exception is not None)
+    record("test_a_stored_hostile_run_opens_in_every_view", value=repr(f),
+           views=len(VIEWS), crashes=crashes)
+    assert crashes == 0, app._exception
 
 
 @pytest.mark.parametrize(("f", "i"), WORST, ids=[repr(w[0]) for w in WORST])
@@ -110,7 +119,10 @@ def test_a_stored_hostile_run_in_every_headless_command(f: float, i: int) -> Non
     # The headless faces read the same stored numbers: each answers 0, no traceback.
     sid, run_id = store_hostile(f, i)
     _, honest = fill_store()
-    for argv in (["history"], ["history", "--json"], ["sessions"], ["sessions", "--json"],
-                 ["export", sid], ["compare", honest, run_id], ["compare", run_id, honest,
-                                                                "--json"]):
-        assert main(argv) == 0, argv
+    commands = (["history"], ["history", "--json"], ["sessions"], ["sessions", "--json"],
+                ["export", sid], ["compare", honest, run_id],
+                ["compare", run_id, honest, "--json"])
+    exits = [main(argv) for argv in commands]
+    record("test_a_stored_hostile_run_in_every_headless_command", value=repr(f),
+           commands=len(commands), nonzero_exits=sum(code != 0 for code in exits))
+    assert exits == [0] * len(commands), list(zip(commands, exits, strict=True))

@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -158,13 +158,16 @@ class Boundary:
 
     # ------------------------------------------------------------------ checks
     def check(self, ev: protocol.Events | protocol.BadLine) -> protocol.Events | None:
-        """The event to pass on (``ev`` itself, or a ``log`` standing in for it), or None."""
+        """The event to pass on (``ev`` itself, a probe with its GPU list cut to
+        :data:`MAX_GPUS`, or a ``log`` standing in for a refused run event), or None."""
         if isinstance(ev, protocol.BadLine):
             self.bad_samples.append(ev)
             self._refuse("bad_line", f"a line from the pod is not a protocol event "
                                      f"({visible(ev.reason, 200)}): {visible(ev.preview, 80)}")
             return None
         if ev.run_id is None:
+            if isinstance(ev, protocol.ProbeResult):  # a probe not asked for: the same cut
+                ev = msgspec.structs.replace(ev, probe=_cut_gpus(ev.probe))
             try:
                 _check_ts(ev.ts, None, self.now())
                 _check_bounds(ev)
@@ -474,9 +477,7 @@ def check_answer(ev: AnswerT) -> AnswerT:
     Raises:
         ProtocolError: the answer was refused; the message says why.
     """
-    if isinstance(ev, protocol.ProbeResult):
-        # Any: mypy checks this line once per constraint of AnswerT, unreachable ones too.
-        ev = cast(Any, bound_gpu_list(ev))
+    ev = bound_gpu_list(ev)
     why: list[str] = []
     if Boundary(on_refusal=lambda _kind, message, _n: why.append(message)).check(ev) is None:
         raise ProtocolError(f"the pod's answer was refused: {why[0] if why else '?'}",
@@ -490,18 +491,35 @@ def check_answer(ev: AnswerT) -> AnswerT:
 # for 10 s; 5,000 crashed it.
 
 
-def bound_gpu_list(ev: protocol.ProbeResult) -> protocol.ProbeResult:
-    """The probe with at most :data:`MAX_GPUS` GPUs; what was cut is said in ``gpu_error``
-    (the dashboard and ``doctor`` show it beside the GPUs kept)."""
-    gpus = ev.probe.gpus
-    if len(gpus) <= MAX_GPUS:
+def bound_gpu_list(ev: AnswerT) -> AnswerT:
+    """A probe with at most :data:`MAX_GPUS` GPUs and its optional readings physical; what
+    was cut is said in ``gpu_error`` (the dashboard and ``doctor`` show it beside the GPUs
+    kept). Other answers: as they are.
+    """
+    if not isinstance(ev, protocol.ProbeResult):
         return ev
-    note = (f"the pod listed {len(gpus):,} GPUs; gpuws keeps the first {MAX_GPUS} "
-            "(no machine has more)")
-    if ev.probe.gpu_error:
-        note += f"; {ev.probe.gpu_error}"
-    probe = msgspec.structs.replace(ev.probe, gpus=gpus[:MAX_GPUS], gpu_error=note)
-    return msgspec.structs.replace(ev, probe=probe)
+    probe = _cut_gpus(ev.probe)
+    return ev if probe is ev.probe else msgspec.structs.replace(ev, probe=probe)
+
+
+def _cut_gpus(probe: protocol.Probe) -> protocol.Probe:
+    """At most :data:`MAX_GPUS` GPUs, and readings no GPU gives shown as not measured
+    (one garbage reading should not refuse the whole probe); both said in ``gpu_error``."""
+    gpus = probe.gpus
+    notes = []
+    if len(gpus) > MAX_GPUS:
+        notes.append(f"the pod listed {len(gpus):,} GPUs; gpuws keeps the first {MAX_GPUS} "
+                     "(no machine has more)")
+        probe = msgspec.structs.replace(probe, gpus=gpus[:MAX_GPUS])
+    probe, blanked = physical.blank(probe)
+    if blanked:
+        notes.append(f"{len(blanked)} reading(s) no GPU gives left out: "
+                     + ", ".join(blanked[:3]) + (" …" if len(blanked) > 3 else ""))
+    if not notes:
+        return probe
+    if probe.gpu_error:
+        notes.append(probe.gpu_error)
+    return msgspec.structs.replace(probe, gpu_error="; ".join(notes))
 
 
 def is_refusal(ev: protocol.Events) -> bool:

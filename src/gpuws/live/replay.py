@@ -207,12 +207,20 @@ def check_session(store: Store, session: str, run: str | None = None) -> None:
     """
     try:
         row = store.session(session)
-        if run is not None and store.run(run).session_id != row.id:
-            raise UsageError(f"run {run} is not in session {row.id}",
-                             remedy=f"`gpuws history {row.id}` lists that session's runs")
     except StoreError as exc:
         raise UsageError(f"{session}: no such file, nor a stored session ({exc.message})",
                          remedy=_REMEDY) from exc
+    if run is None:
+        return
+    try:
+        found = store.run(run)
+    except StoreError as exc:
+        found = None
+        why = exc.message
+    if found is None or found.session_id != row.id:
+        raise UsageError(f"--run {run}: no such run in session {row.id}"
+                         + (f" ({why})" if found is None else ""),
+                         remedy=f"`gpuws history {row.id}` lists that session's runs")
 
 
 async def stream(rec: RecordingFile) -> AsyncIterator[protocol.Events]:

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
+import sys
+from functools import partial
 from pathlib import Path
 
+from ..errors import UsageError
 from ..live.link import Target
 from ..live.replay import check_file, check_session, check_speed
 from ..live.storeio import StoreHandle
@@ -24,10 +28,19 @@ def make_app(start: Start, *, ssh_config: str | None = None) -> GpuwsApp:
 
 
 async def run_app(app: GpuwsApp) -> int:
-    """Run until the person quits; the session is ended and the link closed either way."""
+    """Run until the person quits; the session is ended and the link closed either way.
+
+    SIGTERM and SIGHUP (the terminal closed) end it like Ctrl+C (exit 130): the session is
+    ended and a replay's throwaway store removed, where the default action left both.
+    """
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, partial(app.exit, return_code=130))
     try:
         await app.run_async()
     finally:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
         await app.shutdown()
     return app.return_code or 0
 
@@ -55,6 +68,11 @@ async def replay(args: argparse.Namespace) -> int:
         await asyncio.to_thread(check_file, path, args.run)
     else:
         await asyncio.to_thread(_check_stored, args.source, args.run)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        # Without one the TUI would wait forever for keys nobody can press.
+        raise UsageError("replay shows the run in the TUI, which needs a terminal",
+                         remedy="run it in a terminal; `gpuws history` and `gpuws export "
+                                "SESSION` read stored runs without one")
     return await run_app(make_app(StartReplay(args.source, speed=speed, run=args.run)))
 
 

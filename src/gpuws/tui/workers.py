@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -285,9 +286,9 @@ async def replay(app: GpuwsApp, start: StartReplay) -> None:
     """Play a recording through the feed (store first), opening each run's panes.
 
     A file is read a batch at a time as it plays (never whole, at most
-    ``replay.MAX_RECORDING_BYTES``); at most :data:`MAX_REPLAY_SCREENS` run screens stay
-    open, the next run's screen taking the place of the newest, so a recording with
-    hundreds of run ids cannot open hundreds of screens.
+    ``replay.MAX_RECORDING_BYTES``). The first :data:`MAX_REPLAY_SCREENS` runs get their
+    panes; later runs are stored without (the Sessions screen opens any of them), so a
+    recording with hundreds of run ids cannot open hundreds of screens.
     """
     path = Path(start.source).expanduser()
     rec_file: RecordingFile | None = None
@@ -296,7 +297,7 @@ async def replay(app: GpuwsApp, start: StartReplay) -> None:
             raise StoreError("a file replay needs a throwaway store",
                              remedy="start it with `gpuws replay FILE`")
         rec_file = RecordingFile(path, only_run=start.run).open()
-        events: Any = stream(rec_file)
+        events: AsyncIterator[protocol.Events] | list[protocol.Events] = stream(rec_file)
         label = rec_file.label
         first = await _first_ts(rec_file)
         session_id = await app.store.call(
@@ -313,16 +314,15 @@ async def replay(app: GpuwsApp, start: StartReplay) -> None:
         last_ts[:] = [ev.ts]
         app.engine.push_recorded(ev)
 
+    runs = [0]
+
     async def open_run(run_id: str) -> None:
         from .screens.run import RunScreen
 
-        screen = RunScreen(run_id, live=False, backfill=False)
-        open_replays = [s for s in app.screen_stack if isinstance(s, RunScreen) and not s.live]
-        # Awaited until mounted: the run's first events must find its screen registered.
-        if len(open_replays) >= MAX_REPLAY_SCREENS and app.screen in open_replays:
-            await app.switch_screen(screen)  # the one it replaces is unmounted and freed
-        else:
-            await app.push_screen(screen)
+        runs[0] += 1
+        if runs[0] <= MAX_REPLAY_SCREENS:
+            # Awaited until mounted: the run's first events must find its screen registered.
+            await app.push_screen(RunScreen(run_id, live=False, backfill=False))
 
     count = await play(events, push, speed=start.speed, on_run=open_run,
                        backlog=lambda: app.feed.backlog, drained=app.feed.drained)
@@ -330,14 +330,20 @@ async def replay(app: GpuwsApp, start: StartReplay) -> None:
     if rec_file is not None and last_ts:
         await app.store.call(lambda s: s.end_session(session_id, ended=last_ts[0]))
     if rec_file is not None and (rec_file.bad_lines or rec_file.skipped_events):
-        bad = rec_file.first_bad
-        why = f" ({visible(bad.reason, 200)})" if bad is not None else ""
-        skipped = (f"; {rec_file.skipped_events:,} events of runs past the first "
-                   f"{MAX_RUNS} skipped" if rec_file.skipped_events else "")
-        app.notify(f"{rec_file.bad_lines:,} unreadable line(s) skipped{why}{skipped}",
-                   severity="warning", markup=False)
-    app.notify(f"replay of {visible(label, 200)} finished: {count} events", timeout=6,
-               markup=False)
+        said = []
+        if rec_file.bad_lines:
+            bad = rec_file.first_bad
+            why = f" ({visible(bad.reason, 200)})" if bad is not None else ""
+            said.append(f"{rec_file.bad_lines:,} unreadable line(s) skipped{why}")
+        if rec_file.skipped_events:
+            said.append(f"{rec_file.skipped_events:,} events of runs past the first "
+                        f"{MAX_RUNS} skipped")
+        app.notify("; ".join(said), severity="warning", markup=False)
+    unshown = max(0, runs[0] - MAX_REPLAY_SCREENS)
+    more = (f"; {unshown:,} more runs were stored without panes (Sessions lists them)"
+            if unshown else "")
+    app.notify(f"replay of {visible(label, 200)} finished: {count} events{more}",
+               timeout=6 if not unshown else 15, markup=False)
 
 
 async def _first_ts(rec: RecordingFile) -> float | None:

@@ -14,6 +14,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.timer import Timer
 from textual.widgets import DataTable, Label, Log, TabbedContent, TabPane
 
@@ -98,12 +99,18 @@ class RunPanes(Vertical):
                 yield Log(id="run-log", max_lines=5000)
 
     def on_mount(self) -> None:
-        self.query_one("#banners").display = False
-        self.query_one(TierStrip).show(self.model)
-        self.query_one(NcuProgressPane).show({})
-        self.query_one(MetricsTable).show([])
-        self.query_one(RuleList).show([])
-        self.query_one(VerdictView).show(verdicts.Verdicts())
+        try:
+            self.query_one("#banners").display = False
+            self.query_one(TierStrip).show(self.model)
+            self.query_one(NcuProgressPane).show({})
+            self.query_one(MetricsTable).show([])
+            self.query_one(RuleList).show([])
+            self.query_one(VerdictView).show(verdicts.Verdicts())
+        except NoMatches:
+            # The screen closed while it was being built (the app quitting on SIGTERM, a
+            # screen replaced at once): nothing left to draw into. Seen as a traceback and
+            # exit 1 when a replay was ended right as it opened.
+            return
 
     @on(DataTable.RowHighlighted, "#kernels")
     def _kernel_highlighted(self, event: DataTable.RowHighlighted) -> None:
