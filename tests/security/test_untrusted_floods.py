@@ -374,3 +374,49 @@ echo honest-4
     assert max(len(line) for line in raw.splitlines()) >= 10_000_000  # the garbage is there
     assert "never arrived" not in proc.stderr
     assert "a line over 8388608 bytes was dropped" in proc.stderr  # the pod's word, shown
+
+
+def test_large_events_are_bounded_by_their_bytes() -> None:
+    """30 Tier-1 sample batches of 100,000 values each (about 1 MB of wire apiece, 30 MB
+    in all), faster than the store takes them: the backlog is bounded in bytes, not only in
+    events (8,192 of these would be 8 GB), and Python's peak memory stays small."""
+    batches, values = 30, 100_000
+    notices: list[Notice] = []
+    sample = [1.0 + i * 1e-6 for i in range(values)]
+
+    def script(agent: LyingAgent, req: dict[str, Any]) -> None:
+        _answer_start(agent, req)
+
+    async def go() -> tuple[feed.EventFeed, int, int]:
+        engine, liar = await _engine(script, notices)
+        try:
+            info = await engine.start_run(protocol.RunSpec(workload="cmd:true", tiers=[]))
+            run_id = info.run_id
+            tracemalloc.start()
+            for seq in range(1, batches + 1):
+                liar.send(ev(run_id, seq, "samples", values_ms=sample))
+                # The pod's disk holds what the reader has not taken; here, at most 4 MB.
+                while len(liar.stdout._buffer) > 4 << 20:
+                    await asyncio.sleep(0.001)
+            liar.send(ev(run_id, batches + 1, "run_finished", status="ok", wall_s=1.0))
+            await asyncio.wait_for(engine.wait_finished(run_id), 120)
+            await engine.drained()
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            stored = await engine.store.call(lambda s: len(s.samples(run_id)))
+        finally:
+            tracemalloc.stop()
+            await engine.close()
+            await engine.store.close()
+        return engine.feed, stored, peak
+
+    fed, stored, peak = asyncio.run(go())
+    assert stored == batches * values
+    assert fed.pauses > 0
+    wire = len(json.dumps(ev("x", 1, "samples", values_ms=sample)))
+    assert fed.peak_backlog_bytes <= feed.MAX_BACKLOG_BYTES + wire + (1 << 16)
+    assert peak < 96 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+    record("test_large_events_are_bounded_by_their_bytes", batches=batches,
+           event_kib=wire // 1024, pauses=fed.pauses,
+           peak_backlog_kib=fed.peak_backlog_bytes // 1024,
+           peak_python_mib=round(peak / 2**20, 1))
