@@ -372,8 +372,13 @@ echo honest-4
     assert [e.seq for e in stored] == list(range(len(stored)))  # nothing missing
     raw = (sshd.pod_cache / "runs" / run.run_id / "events.ndjson").read_bytes()
     assert max(len(line) for line in raw.splitlines()) >= 10_000_000  # the garbage is there
+    pod_lines = [line for line in raw.splitlines() if line.startswith(b'{"type":')]
     assert "never arrived" not in proc.stderr
     assert "a line over 8388608 bytes was dropped" in proc.stderr  # the pod's word, shown
+    record("test_a_line_left_open_in_the_run_log_swallows_no_honest_event",
+           garbage_mb=20, honest_lines=4, honest_stored=len(
+               [t for t in texts if t.startswith("honest-")]),
+           seqs_missing=len(set(range(len(pod_lines))) - {e.seq for e in stored}))
 
 
 def test_large_events_are_bounded_by_their_bytes() -> None:
