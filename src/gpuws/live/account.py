@@ -83,7 +83,9 @@ class RunAccount:
                 run.stored_bytes += len(_encoder.encode(ev))
             elif (isinstance(ev, protocol.Log) and ev.message.startswith(TRUNCATED_PREFIX)
                     and run.truncated_at is None):
-                run.truncated_at, run.notice = ev.seq, ev
+                # The output the notice stands in for was past the cap too; the ones after
+                # it come again (the stored sequence has a gap there) and are counted then.
+                run.truncated_at, run.notice, run.counted = ev.seq, ev, 1
 
     def check(self, ev: protocol.Events) -> protocol.Events | None:
         """The event to store (``ev``, or the truncation notice in its place), or None
