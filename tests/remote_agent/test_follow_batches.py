@@ -70,3 +70,42 @@ def test_from_seq_past_the_end_sends_nothing(log: Path) -> None:
     writes, nxt = follow(EVENTS + 5, live=False)
     assert writes == [] and nxt == EVENTS + 1
     assert os.path.getsize(log) > 1 << 20
+
+
+def test_an_event_appended_to_a_line_left_open_is_rescued(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race ``EventLog.append`` cannot close: the workload writes into the run's log
+    between the worker's check for an open line and its write, so the worker's event ends
+    a 12 MB line of garbage (dropped while it is read) or a 9 MB one (whose end comes in
+    the read that crosses the limit). ``follow`` drops each line but forwards the event at
+    its end (the pod's follower reads the real file; nothing here is a stand-in)."""
+    monkeypatch.setenv("GPUWS_POD_CACHE", str(tmp_path / "pod"))
+    rdir = Path(runs.run_dir(RUN))
+    rdir.mkdir(parents=True, mode=0o700)
+    path = rdir / "events.ndjson"
+    events = runs.EventLog(RUN, str(path))
+    events.append(wire.make("output", stream="stdout", text="before"))
+    with open(path, "ab") as f:
+        f.write(b"x" * 12_000_000)  # left open: no line end (dropped as it is read)
+    honest = wire.dumps({"type": "output", "run_id": RUN, "seq": 1, "ts": 1.7e9,
+                         "stream": "stdout", "text": "swallowed, then rescued"})
+    with open(path, "ab") as f:  # as if written in the instant after the worker's check
+        f.write(honest)
+    events.seq = 2
+    events.append(wire.make("output", stream="stdout", text="after"))
+    with open(path, "ab") as f:  # a line that only looks like one: not this run's event
+        f.write(b"y" * 9_000_000 + b'{"type":"output","run_id":"other","seq":3}\n')
+    with open(path, "ab") as f:
+        f.write(b"z" * 9_000_000 + honest.replace(b'"seq":1', b'"seq":3').replace(
+            b"swallowed, then rescued", b"rescued again"))
+    events.seq = 4
+    events.append(wire.make("run_finished", status="ok", wall_s=1.0))
+    events.close()
+    writes, _ = follow(0, live=True)
+    sent = [protocol.decode_event(line) for line in b"".join(writes).splitlines()]
+    assert not [e for e in sent if isinstance(e, protocol.BadLine)], sent[:3]
+    got = [(e.seq, getattr(e, "text", None)) for e in sent  # type: ignore[union-attr]
+           if not isinstance(e, protocol.Error)]
+    assert got == [(0, "before"), (1, "swallowed, then rescued"), (2, "after"),
+                   (3, "rescued again"), (4, None)]
+    assert any(isinstance(e, protocol.Error) and "was dropped" in e.message for e in sent)

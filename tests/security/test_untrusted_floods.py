@@ -372,5 +372,128 @@ echo honest-4
     assert [e.seq for e in stored] == list(range(len(stored)))  # nothing missing
     raw = (sshd.pod_cache / "runs" / run.run_id / "events.ndjson").read_bytes()
     assert max(len(line) for line in raw.splitlines()) >= 10_000_000  # the garbage is there
+    pod_lines = [line for line in raw.splitlines() if line.startswith(b'{"type":')]
     assert "never arrived" not in proc.stderr
     assert "a line over 8388608 bytes was dropped" in proc.stderr  # the pod's word, shown
+    record("test_a_line_left_open_in_the_run_log_swallows_no_honest_event",
+           garbage_mb=20, honest_lines=4, honest_stored=len(
+               [t for t in texts if t.startswith("honest-")]),
+           seqs_missing=len(set(range(len(pod_lines))) - {e.seq for e in stored}))
+
+
+def test_large_events_are_bounded_by_their_bytes() -> None:
+    """30 Tier-1 sample batches of 100,000 values each (about 1 MB of wire apiece, 30 MB
+    in all), faster than the store takes them: the backlog is bounded in bytes, not only in
+    events (8,192 of these would be 8 GB), and Python's peak memory stays small."""
+    batches, values = 30, 100_000
+    notices: list[Notice] = []
+    sample = [1.0 + i * 1e-6 for i in range(values)]
+
+    def script(agent: LyingAgent, req: dict[str, Any]) -> None:
+        _answer_start(agent, req)
+
+    async def go() -> tuple[feed.EventFeed, int, int]:
+        engine, liar = await _engine(script, notices)
+        try:
+            info = await engine.start_run(protocol.RunSpec(workload="cmd:true", tiers=[]))
+            run_id = info.run_id
+            tracemalloc.start()
+            for seq in range(1, batches + 1):
+                liar.send(ev(run_id, seq, "samples", values_ms=sample))
+                # The pod's disk holds what the reader has not taken; here, at most 4 MB.
+                while len(liar.stdout._buffer) > 4 << 20:
+                    await asyncio.sleep(0.001)
+            liar.send(ev(run_id, batches + 1, "run_finished", status="ok", wall_s=1.0))
+            await asyncio.wait_for(engine.wait_finished(run_id), 120)
+            await engine.drained()
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            stored = await engine.store.call(lambda s: len(s.samples(run_id)))
+        finally:
+            tracemalloc.stop()
+            await engine.close()
+            await engine.store.close()
+        return engine.feed, stored, peak
+
+    fed, stored, peak = asyncio.run(go())
+    assert stored == batches * values
+    assert fed.pauses > 0
+    wire = len(json.dumps(ev("x", 1, "samples", values_ms=sample)))
+    assert fed.peak_backlog_bytes <= feed.MAX_BACKLOG_BYTES + wire + (1 << 16)
+    assert peak < 96 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+    record("test_large_events_are_bounded_by_their_bytes", batches=batches,
+           event_kib=wire // 1024, pauses=fed.pauses,
+           peak_backlog_kib=fed.peak_backlog_bytes // 1024,
+           peak_python_mib=round(peak / 2**20, 1))
+
+
+def test_a_truncated_run_attached_again_stores_nothing_twice() -> None:
+    """A run cut at its output cap, then attached from a new process with another cap (a
+    new engine on the same store), asking for every event again: the pod resends them;
+    nothing is stored twice, no conflict is reported, and the end counts each output past
+    the cap once."""
+    config = Path(os.environ["GPUWS_CONFIG"])
+    config.write_text("[defaults]\nmax_output_mib = 0.01\n")
+    run_dir: dict[str, str] = {}
+    lines = 400
+
+    def body(run_id: str) -> list[dict[str, Any]]:
+        return [ev(run_id, 0, "run_started", spec={"workload": "cmd:true", "tiers": []},
+                   run_dir=RUN_DIR.format(run_id=run_id), pid=7),
+                *(ev(run_id, seq, "output", stream="stdout", text=f"line {seq}", ts=NOW + seq)
+                  for seq in range(1, lines + 1))]
+
+    def first(agent: LyingAgent, req: dict[str, Any]) -> None:
+        if req["type"] == "start_run":
+            run_id = run_dir["id"] = req["run_id"]
+            agent.send({"type": "run_list", "req": req["req"], "ts": NOW, "runs": [
+                {"run_id": run_id, "workload": "cmd:true", "status": "running",
+                 "started": NOW, "last_seq": -1}]})
+            agent.send(*body(run_id))
+
+    def again(agent: LyingAgent, req: dict[str, Any]) -> None:
+        if req["type"] == "attach":
+            run_id = req["run_id"]
+            agent.send({"type": "run_list", "req": req["req"], "ts": NOW, "runs": [
+                {"run_id": run_id, "workload": "cmd:true", "status": "running",
+                 "started": NOW, "last_seq": lines}]})
+            agent.send(*[e for e in body(run_id) if e["seq"] >= req["from_seq"]],
+                       ev(run_id, lines + 1, "output", stream="stdout", text="new"),
+                       ev(run_id, lines + 2, "run_finished", status="ok", wall_s=1.0))
+
+    async def go() -> tuple[list[Notice], list[protocol.Events], list[protocol.Events]]:
+        notices: list[Notice] = []
+        engine, _ = await _engine(first, notices)
+        try:
+            info = await engine.start_run(protocol.RunSpec(workload="cmd:true", tiers=[]))
+            deadline = time.monotonic() + 30
+            while engine.account._runs[info.run_id].last_seq < lines:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            await engine.drained()
+            before = await engine.store.call(lambda s: s.events(info.run_id))
+        finally:
+            await engine.close()
+            await engine.store.close()
+        config.write_text("[defaults]\nmax_output_mib = 0.02\n")
+        engine, _ = await _engine(again, notices)
+        try:
+            await engine.attach(info.run_id, from_seq=0)  # as `gpuws attach --from-seq 0`
+            await asyncio.wait_for(engine.wait_finished(info.run_id), 30)
+            await engine.drained()
+            after = await engine.store.call(lambda s: s.events(info.run_id))
+        finally:
+            await engine.close()
+            await engine.store.close()
+        return notices, before, after
+
+    notices, before, after = asyncio.run(go())
+    cut = [e for e in before if isinstance(e, protocol.Log)]
+    assert len(cut) == 1 and cut[0].message.startswith(TRUNCATED_PREFIX)
+    assert after[:len(before)] == before  # nothing stored before changed
+    assert [type(e).__name__ for e in after[len(before):]] == ["RunFinished"]
+    assert not [n for n in notices if n.kind in ("conflict", "missing")], notices
+    (told,) = [n.message for n in notices if n.kind == "truncated"]
+    # Every output past the cap, each once: the one the notice took the place of, those
+    # after it (counted now: the store kept none of them), and the new one.
+    assert f"{lines + 2 - (cut[0].seq or 0):,} output event(s)" in told

@@ -47,6 +47,8 @@ class _Run:
     run_dir: str | None = None
     #: The seq whose output was replaced by the truncation notice, once the cap is hit.
     truncated_at: int | None = None
+    #: That notice (a resend of its seq gets it again, byte for byte).
+    notice: protocol.Log | None = None
     counted: int = 0
     counted_bytes: int = 0
     #: The highest seq seen (resends at or below it are neither counted nor reported).
@@ -81,7 +83,9 @@ class RunAccount:
                 run.stored_bytes += len(_encoder.encode(ev))
             elif (isinstance(ev, protocol.Log) and ev.message.startswith(TRUNCATED_PREFIX)
                     and run.truncated_at is None):
-                run.truncated_at = ev.seq
+                # The output the notice stands in for was past the cap too; the ones after
+                # it come again (the stored sequence has a gap there) and are counted then.
+                run.truncated_at, run.notice, run.counted = ev.seq, ev, 1
 
     def check(self, ev: protocol.Events) -> protocol.Events | None:
         """The event to store (``ev``, or the truncation notice in its place), or None
@@ -133,12 +137,15 @@ class RunAccount:
         return self._notice(run_id, run, ev)
 
     def _notice(self, run_id: str, run: _Run, ev: protocol.Output) -> protocol.Log:
-        # Built only from what the run already fixed (its seq, ts, run_dir), so a resend
-        # makes the same body and the store takes it as the same event.
-        return protocol.Log(run_id=run_id, seq=ev.seq, ts=ev.ts, level="warning", message=(
-            f"{TRUNCATED_PREFIX}{humanfmt.size(self.max_output_bytes)} (max_output_mib in "
-            f"the config): this run's later output is counted, not stored; the rest is on "
-            f"the pod at {self._log_path(run)}"))
+        # Made once per run and given again to a resend of its seq (also after an attach
+        # with another cap), so the store takes the resend as the same event.
+        if run.notice is None:
+            message = (f"{TRUNCATED_PREFIX}{humanfmt.size(self.max_output_bytes)} "
+                       f"(max_output_mib in the config): this run's later output is counted, "
+                       f"not stored; the rest is on the pod at {self._log_path(run)}")
+            run.notice = protocol.Log(run_id=run_id, seq=ev.seq, ts=ev.ts, level="warning",
+                                      message=message)
+        return run.notice
 
     def _missing(self, run_id: str, run: _Run, first: int, last: int) -> None:
         seqs = f"event {first:,}" if first == last else f"events {first:,}–{last:,}"

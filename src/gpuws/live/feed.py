@@ -12,7 +12,8 @@ hands on, and waits while more than :data:`MAX_BACKLOG_BYTES` (of the wire's byt
 :data:`MAX_BACKLOG_EVENTS` events wait to be stored and delivered. While it waits it reads
 nothing, so the SSH channel's window fills and the pod's ``serve`` stops sending; the run
 goes on writing its ``events.ndjson`` on the pod's disk, and the rest comes when the store
-has caught up. Nothing is lost by waiting; memory stays flat however fast the pod sends.
+has caught up. Nothing is lost by waiting, and the backlog stays bounded however fast
+the pod sends.
 """
 
 from __future__ import annotations

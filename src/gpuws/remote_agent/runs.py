@@ -418,6 +418,31 @@ def finish_if_dead(run_id: str, status: str, error: str) -> bool:
     return True
 
 
+#: How much of the end of a dropped (oversized) line is kept to look for the worker's own
+#: event in it (one appended to a line the workload left open, in the instant between the
+#: worker's check and its write; ``EventLog.append``). An output event is at most ~100 KB.
+SALVAGE_BYTES = 1 << 20
+
+
+def salvage(tail: bytes, run_id: str) -> Optional[bytes]:
+    """The worker's event at the end of a dropped line, if one is there whole (with its
+    line end), else None. Its line begins as ``EventLog`` writes every line: the type, then
+    this run's id and a seq."""
+    start = tail.rfind(b'{"type":"')
+    if start < 0:
+        return None
+    line = tail[start:]
+    if b'"run_id":"%s","seq":' % run_id.encode("ascii") not in line[:200]:
+        return None
+    try:
+        event = json.loads(line.decode("ascii"))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(event, dict) or event.get("run_id") != run_id:
+        return None
+    return line + b"\n"
+
+
 def _skip_lines(data: bytes, n: int) -> bytes:
     """``data`` without its first ``n`` lines (each ending in a newline)."""
     cut = 0
@@ -444,6 +469,7 @@ def follow(run_id: str, from_seq: int, send_raw: Callable[[bytes], None],
     seq = 0
     pending = b""
     skipping = False  # inside a line over the limit, dropped up to its newline
+    tail = b""  # the last SALVAGE_BYTES of that line
     dropped = 0
     f = None
     idle_since = time.time()
@@ -473,17 +499,20 @@ def follow(run_id: str, from_seq: int, send_raw: Callable[[bytes], None],
             if chunk:
                 idle_since = time.time()
                 pending += chunk
+                rescued = b""
                 if skipping:
                     nl = pending.find(b"\n")
                     if nl < 0:
-                        pending = b""
+                        tail, pending = (tail + pending)[-SALVAGE_BYTES:], b""
                         continue
-                    pending, skipping = pending[nl + 1:], False
-                    seq += 1  # the dropped line had a seq too; skipping it keeps count
+                    rescued = salvage((tail + pending[:nl])[-SALVAGE_BYTES:], run_id) or b""
+                    pending, skipping, tail = pending[nl + 1:], False, b""
+                    if not rescued:
+                        seq += 1  # the dropped line had a seq too; skipping it keeps count
                 end = pending.rfind(b"\n") + 1
-                whole, pending = pending[:end], pending[end:]
+                whole, pending = rescued + pending[:end], pending[end:]
                 if len(pending) > wire.MAX_LINE:
-                    pending, skipping = b"", True
+                    pending, skipping, tail = b"", True, pending[-SALVAGE_BYTES:]
                     dropped += 1
                     if dropped == 1:
                         refuse("a line over %d bytes was dropped (more are counted, not "
@@ -492,6 +521,20 @@ def follow(run_id: str, from_seq: int, send_raw: Callable[[bytes], None],
                 if seq < from_seq:
                     whole = _skip_lines(whole, min(from_seq - seq, count))
                 seq += count
+                if len(whole) > wire.MAX_LINE:
+                    # An oversized line whose end came in the read that took it over the
+                    # limit: dropped here too, the worker's event at its end kept.
+                    kept = []
+                    for line in whole.split(b"\n")[:-1]:
+                        if len(line) > wire.MAX_LINE:
+                            dropped += 1
+                            if dropped == 1:
+                                refuse("a line over %d bytes was dropped (more are counted, "
+                                       "not reported)" % wire.MAX_LINE)
+                            kept.append(salvage(line[-SALVAGE_BYTES:], run_id) or b"")
+                        else:
+                            kept.append(line + b"\n")
+                    whole = b"".join(kept)
                 if whole:
                     # All whole lines of a chunk in one write: one line per write made
                     # sshd send one small SSH packet per event, and per-packet cost (not
