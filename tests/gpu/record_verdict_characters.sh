@@ -16,10 +16,12 @@ OUT=${OUT:-/tmp/gpuws-gpu-out}; mkdir -p "$OUT/verdict"
 export PYTHONPATH=${PYTHONPATH:-/tmp/site:$PWD/src} PYTHONUNBUFFERED=1
 export GPUWS_HOME=$OUT/verdict/home PATH=$PATH:/opt/nvidia/nsight-compute/2025.3.1
 W=$PWD/bench/workloads/verdict
-gpuws() { python3 -c 'import sys; from gpuws.cli import main; sys.argv[0] = "gpuws"; sys.exit(main())' "$@"; }
+# A command, not a shell function: `timeout` runs commands.
+GPUWS=(python3 -c 'import sys; from gpuws.cli import main; sys.argv[0] = "gpuws"; sys.exit(main())')
+gpuws() { "${GPUWS[@]}" "$@"; }
 record() {  # name, then gpuws run arguments
   local name=$1; shift
-  timeout 600 gpuws run local --tiers 2,3 --json "$@" \
+  timeout 600 "${GPUWS[@]}" run local --tiers 2,3 --json "$@" \
     > "$OUT/verdict/$name.ndjson" 2> "$OUT/verdict/$name.log"
   echo "$name: rc=$? $(grep -c . "$OUT/verdict/$name.ndjson") events;" \
        "$(grep -o '"summary":"[^"]*"' "$OUT/verdict/$name.ndjson" | head -1)" \
