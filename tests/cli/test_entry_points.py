@@ -139,3 +139,14 @@ def test_a_headless_run_over_budget_says_so(tmp_path: Path) -> None:
     assert len(budget) == 2, res.stderr
     assert "80% of its $2.00 budget at $3600.00/h" in budget[0]
     assert "100% of its" in budget[1] and "keeps billing until it is stopped" in budget[1]
+
+
+def test_run_json_keeps_stdout_ndjson_when_artifacts_come_home() -> None:
+    res = gpuws("run", "local", "--json", "-w",
+                "cmd:head -c 1000 /dev/urandom > $GPUWS_ARTIFACT_DIR/b.bin; echo made")
+    assert res.returncode == 0, res.stderr
+    import json
+
+    events = [json.loads(line) for line in res.stdout.splitlines()]  # every line is JSON
+    assert any(e["type"] == "artifact" for e in events)
+    assert "pulled b.bin" in res.stderr

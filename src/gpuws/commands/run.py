@@ -396,7 +396,9 @@ class _PullBar:
 async def finish_run(args: argparse.Namespace, engine: Engine, run_id: str,
                      fin: protocol.RunFinished) -> int:
     """After a run: its pulled artifacts, the baseline comparison and the gate."""
-    out = console()
+    # With --json, stdout is NDJSON alone (a script parses every line): people's lines go
+    # to stderr.
+    out = console(stderr=bool(getattr(args, "json", False)))
     outcome = await engine.settled(run_id)
     for res in outcome.results:
         out.print(Text(f"  pulled {visible(res.name)} → {res.local_path}"))
