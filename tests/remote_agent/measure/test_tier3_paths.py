@@ -241,3 +241,24 @@ def test_a_verdict_that_cannot_be_stated_never_stops_the_run(ctx: RunContext) ->
            (Path(ctx.run_dir) / "events.ndjson").read_text().splitlines()]
     assert [e["type"] for e in evs] == ["kernel_table", "tier_finished", "log"]
     assert evs[-1]["message"].startswith("the program verdict was not stated: ValueError")
+
+
+#: What ncu 2025.3.1 said on this workplace's gVisor-sandboxed H200 (the device notes,
+#: KINDS.md, 2026-11-04: «Failed to initialize the profiler: LibraryNotLoaded»), in ncu's
+#: ==ERROR== form.
+LIBRARY_NOT_LOADED = ("==PROF== Connected to process 4242 (/usr/bin/python3)\n"
+                      "==ERROR== Failed to initialize the profiler: LibraryNotLoaded\n"
+                      "==PROF== Disconnected from process 4242\n")
+
+
+def test_a_profiler_that_cannot_start_falls_back_with_its_cause(ctx: RunContext,
+                                                                tmp_path: Path) -> None:
+    ncu = fake_ncu(tmp_path / "ncu", LIBRARY_NOT_LOADED, 1)
+    assert tiers.tier3(ctx, FakePod([ncu]), ["/bin/true"], None, "saxpy", python=False)
+    evs = events(ctx)
+    diag = next(e for e in evs if isinstance(e, protocol.Diagnosis))
+    assert diag.code == "ncu_profiler_unavailable"
+    assert diag.cause.endswith("Failed to initialize the profiler: LibraryNotLoaded")
+    assert "gVisor" in diag.meaning and diag.unmeasured and diag.remedies
+    fin = [e for e in evs if isinstance(e, protocol.TierFinished)][-1]
+    assert fin.status == "fallback" and "LibraryNotLoaded" in fin.reason

@@ -754,6 +754,23 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
             continue
         break
     wall = time.time() - t0
+    if parser.profiler_unavailable is not None:
+        ctx.emit(wire.make(
+            "diagnosis", code="ncu_profiler_unavailable", severity="warning",
+            title="Nsight Compute's profiler could not start here",
+            cause="ncu: %s" % parser.profiler_unavailable[:300],
+            meaning="ncu could not load or start its profiling library on this machine (seen "
+                    "in gVisor-sandboxed containers, whose GPU passthrough lacks the "
+                    "profiling interface), so Tier 3 metrics are not measured; Tier 1 timing, "
+                    "Tier 2, NVML GPM and static analysis are given instead",
+            remedies=["run the pod on a VM or bare-metal runtime rather than a gVisor "
+                      "sandbox (ask the provider for one)",
+                      "check that ncu and the driver match: `gpuws ncu HOST`"],
+            unmeasured=NCU_METRICS))
+        ctx.emit(wire.make("tier_finished", tier=3, status="fallback", wall_s=wall,
+                           reason="ncu's profiler could not start (%s)"
+                           % parser.profiler_unavailable[:200]))
+        return True
     if parser.perm_error:
         counters_blocked(ctx, observed=True, cause="ncu: ERR_NVGPUCTRPERM - the user does not "
                          "have permission to access NVIDIA GPU performance counters",

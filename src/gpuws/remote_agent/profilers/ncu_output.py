@@ -17,6 +17,8 @@ Every item the parser returns is a dict with a ``kind`` key:
 - ``report``: ``path``.
 - ``perm_error``: ``message``, ``url`` (counters are restricted to admin users).
 - ``driver_incompatible``: ``message`` (step back one ncu release).
+- ``profiler_unavailable``: ``message`` (ncu's profiler could not start at all: "Failed to
+  initialize the profiler: LibraryNotLoaded", seen in gVisor-sandboxed containers).
 - ``no_kernels``: ``kernels`` (names ncu listed), ``suggested_regex`` (str or None).
 - ``unavailable_metrics``: ``count``, ``metrics``.
 - ``error`` / ``warning``: ``message`` (the line without its ``==ERROR==`` prefix).
@@ -143,6 +145,8 @@ class NcuConsoleParser:
         self.suggested_regex: str | None = None
         self.perm_error = False
         self.driver_incompatible = False
+        #: ncu's "Failed to initialize the profiler: …" line (None: not seen).
+        self.profiler_unavailable: str | None = None
         self.profiled: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ feeding
@@ -293,6 +297,9 @@ class NcuConsoleParser:
         elif "driver is not compatible" in msg.lower():
             self.driver_incompatible = True
             items.append({"kind": "driver_incompatible", "message": msg})
+        elif "failed to initialize the profiler" in msg.lower():
+            self.profiler_unavailable = msg
+            items.append({"kind": "profiler_unavailable", "message": msg})
         elif "no kernels were profiled" in msg.lower():
             self.no_kernels = True
             self._listing = []
