@@ -171,10 +171,11 @@ class Boundary:
             try:
                 _check_ts(ev.ts, None, self.now())
                 _check_bounds(ev)
-                if isinstance(ev, protocol.Telemetry):  # first: its words name the GPU
+                # The specific checks first: their words name what was wrong.
+                if isinstance(ev, protocol.Telemetry):
                     _check_telemetry(ev)
-                _check_physical(ev)
                 check_gpm_and_estimate(ev)
+                _check_physical(ev)
             except Refused as why:
                 self._refuse(why.kind, f"{type(ev).__name__}: {why.message}")
                 return None
@@ -206,8 +207,8 @@ class Boundary:
         try:
             _check_ts(ev.ts, run.started, self.now())
             _check_bounds(ev)
+            check_gpm_and_estimate(ev)  # first: its words name what was wrong
             _check_physical(ev)
-            check_gpm_and_estimate(ev)
             if isinstance(ev, protocol.RunStarted) and seq == 0:
                 run.started = run.started or ev.ts
                 run.run_dir = run.run_dir or ev.run_dir
