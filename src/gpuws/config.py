@@ -10,6 +10,12 @@ Example ``config.toml``::
     budget_usd = 20.0
     max_output_mib = 16          # a run's output stored on the laptop (default 64)
 
+    [pull]                       # what a run's artifacts may cost the laptop
+    max_artifact_bytes = 2147483648
+    max_artifacts = 64
+    max_run_bytes = 2147483648
+    stall_s = 60
+
 An unknown key is an error (a typo must not silently cost money), reported with the file
 and the offending path.
 """
@@ -27,6 +33,8 @@ from gpuws.errors import ConfigError
 from gpuws.locations import config_path
 
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=1 << 62)]
+Positive = Annotated[float, msgspec.Meta(gt=0, le=86400)]
 
 
 class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -47,6 +55,26 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_output_mib: NonNegative | None = None
 
 
+class PullConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What pulling one run's artifacts may cost the laptop (the ``[pull]`` table).
+
+    The pod announces names and sizes; these bound what is written whatever it announces.
+    An artifact over a bound is refused before any of its bytes move, with a line that
+    names the key to raise.
+
+    Attributes:
+        max_artifact_bytes: the largest single artifact pulled, in bytes.
+        max_artifacts: the most artifacts pulled for one run.
+        max_run_bytes: the most bytes pulled for one run, all its artifacts together.
+        stall_s: seconds a transfer may go without a byte before it is stopped.
+    """
+
+    max_artifact_bytes: Count = 2 << 30
+    max_artifacts: Count = 64
+    max_run_bytes: Count = 2 << 30
+    stall_s: Positive = 60.0
+
+
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The whole config file.
 
@@ -54,10 +82,12 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         defaults: settings for hosts that have no ``[hosts.NAME]`` table (or leave a field out).
         hosts: per-host settings, keyed by the name given to ``gpuws connect``
             (an ssh-config alias, or ``user@host[:port]``).
+        pull: the bounds on pulling a run's artifacts (:class:`PullConfig`).
     """
 
     defaults: HostConfig = msgspec.field(default_factory=HostConfig)
     hosts: dict[str, HostConfig] = msgspec.field(default_factory=dict)
+    pull: PullConfig = msgspec.field(default_factory=PullConfig)
 
 
 def load_config(path: Path | None = None) -> Config:
@@ -96,7 +126,9 @@ def load_config(path: Path | None = None) -> Config:
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{target}: {_where(data, exc)}",
                           remedy="known keys: rate_usd_per_hour, budget_usd and "
-                                 "max_output_mib, under [defaults] or [hosts.NAME]") from exc
+                                 "max_output_mib, under [defaults] or [hosts.NAME]; "
+                                 "max_artifact_bytes, max_artifacts, max_run_bytes and "
+                                 "stall_s under [pull]") from exc
 
 
 def _where(data: dict[str, Any], exc: msgspec.ValidationError) -> str:

@@ -27,6 +27,7 @@ import pytest
 
 from gpuws import protocol
 from gpuws.client import AgentClient
+from gpuws.config import PullConfig
 from gpuws.errors import TransferError
 from gpuws.locations import artifacts_dir
 from gpuws.sessions.artifacts import pull_one, pull_run
@@ -201,14 +202,11 @@ def test_a_pull_stops_at_the_announced_size(server: str, request: pytest.Fixture
     run_id = asyncio.run(produce(cfg, store, sid))
     honest = store.artifacts(run_id)[0]
     zeros = hashlib.sha256(b"\0" * 16).hexdigest()
-    if server == "sshd":
-        # SFTP reads any path: /dev/zero, an endless file, announced as 16 bytes.
-        endless = "/dev/zero"
-        truth = zeros
-    else:
-        # The agent's cat reads run files only: a 4 MiB file announced as 16 bytes.
-        endless = honest.remote_path
-        truth = hashlib.sha256(Path(endless).read_bytes()[:16]).hexdigest()
+    # A 4 MiB run file announced as 16 bytes (what a file still growing looks like). An
+    # endless device such as /dev/zero is not read at all, over either transport: only
+    # regular files are (tests/security/test_hostile_pulls.py).
+    endless = honest.remote_path
+    truth = hashlib.sha256(Path(endless).read_bytes()[:16]).hexdigest()
     store.record_artifact(run_id, "endless-true.bin", endless, 16, truth)
     store.record_artifact(run_id, "endless-lie.bin", endless, 16, "0" * 64)
     store.record_artifact(run_id, "huge.bin", endless, 1 << 40, zeros)
@@ -221,7 +219,7 @@ def test_a_pull_stops_at_the_announced_size(server: str, request: pytest.Fixture
             seen.append(part.stat().st_size)
             assert done <= total == 16
 
-    async def one(name: str, **kw: int) -> None:
+    async def one(name: str, **kw: PullConfig) -> None:
         art = next(a for a in store.artifacts(run_id) if a.name == name)
         client = await connect(cfg)
         try:
@@ -244,7 +242,7 @@ def test_a_pull_stops_at_the_announced_size(server: str, request: pytest.Fixture
     assert not (run_dir / "huge.bin.part").exists()
     # The ceiling is the caller's: a configured 1 MiB refuses the 4 MiB honest file.
     with pytest.raises(TransferError, match="ceiling of 1048576 bytes"):
-        asyncio.run(one(HONEST, max_bytes=1 << 20))
+        asyncio.run(one(HONEST, limits=PullConfig(max_artifact_bytes=1 << 20)))
     assert not (run_dir / (HONEST + ".part")).exists()
     assert {a.name: a.status for a in store.artifacts(run_id)} == {
         "endless-lie.bin": "sha256_mismatch", "endless-true.bin": "pulled", HONEST: "remote",

@@ -14,6 +14,7 @@ import argparse
 import msgspec
 
 from ..client import AgentClient
+from ..config import load_config
 from ..deploy import start_agent
 from ..errors import GpuwsError
 from ..sessions.artifacts import PullSource, SftpSource, pull_run
@@ -53,7 +54,8 @@ async def pull(args: argparse.Namespace) -> int:
         source = await open_source(args)
         link: PullSource = source
         try:
-            results = await pull_run(link, store, run.session_id, run.run_id)
+            results = await pull_run(link, store, run.session_id, run.run_id,
+                                     limits=load_config().pull)
         finally:
             await source.close()
         rows = store.artifacts(run.run_id)

@@ -393,8 +393,10 @@ class Engine:
         link = self._require_link()
         # sessions.artifacts works with a store on the calling thread: the pull gets its
         # own short-lived connection to the same file (SQLite serialises the writers).
+        limits = load_config().pull  # read now: the file may have changed since connect
         with Store(self.store.path) as local:
-            return await pull_run(link.client, local, link.session_id, run_id, progress)
+            return await pull_run(link.client, local, link.session_id, run_id, progress,
+                                  limits=limits)
 
     async def drained(self) -> None:
         """Wait until every event received so far is stored and delivered."""

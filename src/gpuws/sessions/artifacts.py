@@ -9,8 +9,13 @@ path and sha256) is input, checked here before any byte is written:
   parents are created there only; the ``.part`` is opened ``O_NOFOLLOW`` so a planted
   link cannot redirect the write.
 - *How much.* A pull never writes more than the announced size, and an announced size
-  above a ceiling (``max_bytes``, default :data:`MAX_ARTIFACT_BYTES`) is refused before
-  any byte moves: an endless file (``/dev/zero``) fills nothing.
+  above a ceiling is refused before any byte moves: an endless file (``/dev/zero``)
+  fills nothing. The ceilings are the config's ``[pull]`` table
+  (:class:`gpuws.config.PullConfig`): one artifact's size, and per run the number of
+  artifacts and their bytes together, taken in name order.
+- *Which.* Only a regular file is read on the pod (the transport refuses a FIFO, a
+  device or a link), and a transfer that goes ``stall_s`` seconds without a byte is
+  stopped with one line: no pull can hang.
 - *What.* The sha256 is computed as the bytes arrive, in one writer thread that also does
   the disk writes (the event loop only receives), so no pass over the file is left after
   the last byte; the store records the digest and renames the ``.part`` only if it
@@ -41,18 +46,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from ..config import PullConfig
 from ..errors import TransferError
-from ..locations import artifacts_dir
+from ..locations import artifacts_dir, config_path
 from ..transport.base import Transport
 from .store import ArtifactRow, Store
 
 #: progress(name, done_bytes, total_bytes)
 Progress = Callable[[str, int, int], None]
 
-#: Default ceiling on one artifact's announced size. Real reports are far smaller (an
-#: ncu report of a full-set profile is tens of MB); the ceiling stops a lying pod from
-#: filling the laptop's disk. Callers pass the configured value as ``max_bytes``.
-MAX_ARTIFACT_BYTES = 8 << 30
+#: Default ceiling on one artifact's announced size (the config's
+#: ``[pull] max_artifact_bytes``). Real reports are far smaller (an ncu report of a
+#: full-set profile is tens of MB); the ceiling stops a lying pod from filling the
+#: laptop's disk.
+MAX_ARTIFACT_BYTES = PullConfig().max_artifact_bytes
 #: How long a pull waits for another pull of the same run to finish, in seconds.
 LOCK_WAIT_S = 600.0
 #: The lock file in each run's artifact directory (an artifact of this name is refused).
@@ -387,17 +394,22 @@ def _open_part(part: Path, name: str) -> int:
     return fd
 
 
+def _over(name: str, why: str, key: str) -> TransferError:
+    return TransferError(f"artifact {shown(name)} refused: {why}; nothing was written",
+                         title="Artifact refused",
+                         remedy=f"raise {key} in the [pull] table of the gpuws config "
+                                f"({config_path()}) if the run really makes that much, or "
+                                "copy the file with scp")
+
+
 async def _fetch(client: PullSource, store: Store, session_id: str, art: ArtifactRow,
-                 progress: Progress | None, max_bytes: int,
+                 progress: Progress | None, limits: PullConfig,
                  refetched: str | None) -> PullResult:
     """One artifact, with the run's lock held: confined, bounded, hashed as it arrives."""
     t0 = time.monotonic()
-    if art.size < 0 or art.size > max_bytes:
-        raise TransferError(
-            f"artifact {shown(art.name)} refused: the pod announced {art.size} bytes, above "
-            f"the ceiling of {max_bytes} bytes; nothing was written", title="Artifact refused",
-            remedy="raise max_artifact_bytes in the gpuws config if the file is really that "
-                   "large, or copy it with scp")
+    if art.size < 0 or art.size > limits.max_artifact_bytes:
+        raise _over(art.name, f"the pod announced {art.size} bytes, above the ceiling of "
+                              f"{limits.max_artifact_bytes} bytes", "max_artifact_bytes")
     final = destination(session_id, art.run_id, art.name)
     part = final.with_name(final.name + _PART)
     root = final.parent
@@ -414,7 +426,8 @@ async def _fetch(client: PullSource, store: Store, session_id: str, art: Artifac
         resumed = offset
         os.lseek(fd, offset, os.SEEK_SET)
         if offset < art.size:
-            stream = client.transport.read_file(art.remote_path, offset, client.agent_argv())
+            stream = client.transport.read_file(art.remote_path, offset, client.agent_argv(),
+                                                stall_s=limits.stall_s)
             try:
                 async for chunk in stream:
                     room = art.size - offset
@@ -470,7 +483,7 @@ def _current(store: Store, art: ArtifactRow) -> ArtifactRow:
 
 # ----------------------------------------------------------------------------- public
 async def pull_one(client: PullSource, store: Store, session_id: str, art: ArtifactRow,
-                   progress: Progress | None = None, *, max_bytes: int = MAX_ARTIFACT_BYTES,
+                   progress: Progress | None = None, *, limits: PullConfig | None = None,
                    lock_wait: float = LOCK_WAIT_S) -> PullResult:
     """Pull one artifact (resuming a ``.part``) and record it in the store.
 
@@ -486,12 +499,14 @@ async def pull_one(client: PullSource, store: Store, session_id: str, art: Artif
         session_id: the run's session (names the artifact directory).
         art: the artifact, as announced.
         progress: called with (name, bytes done, bytes total) as bytes arrive.
-        max_bytes: the ceiling on the announced size (the config's value).
+        limits: the config's ``[pull]`` bounds (its defaults when ``None``); one
+            artifact is held to the size ceiling and the stall timeout.
         lock_wait: seconds to wait for another pull of the same run.
 
     Raises:
         TransferError: refused (name, destination, size), cut off, or a sha256 mismatch.
     """
+    limits = limits or PullConfig()
     async with run_lock(session_id, art.run_id, lock_wait):
         current = _current(store, art)
         why: str | None = None
@@ -501,17 +516,22 @@ async def pull_one(client: PullSource, store: Store, session_id: str, art: Artif
             if why is None:
                 return PullResult(current.name, final, current.size, time.monotonic() - t0, 0,
                                   already_pulled=True)
-        return await _fetch(client, store, session_id, current, progress, max_bytes, why)
+        return await _fetch(client, store, session_id, current, progress, limits, why)
 
 
 async def pull_run(client: PullSource, store: Store, session_id: str, run_id: str,
-                   progress: Progress | None = None, *, max_bytes: int = MAX_ARTIFACT_BYTES,
+                   progress: Progress | None = None, *, limits: PullConfig | None = None,
                    lock_wait: float = LOCK_WAIT_S) -> list[PullResult]:
     """Pull every artifact of a run not truly home; the phase is recorded for the cost table.
 
     With the run's pull lock held: each artifact marked pulled is checked (present,
     same size and sha256; the files are read) and fetched again if not; the others are
     fetched. One refused or failed artifact does not stop the rest.
+
+    The run's bounds (``limits``, the config's ``[pull]`` table; its defaults when
+    ``None``) are applied to the artifacts in name order: past the
+    ``max_artifacts``-th, or once their sizes together pass ``max_run_bytes``, each is
+    refused before any of its bytes move, with a line naming the key.
 
     Returns:
         One result per file fetched (``refetched`` set for those fetched again); empty
@@ -521,10 +541,25 @@ async def pull_run(client: PullSource, store: Store, session_id: str, run_id: st
         TransferError: after trying all of them, if any could not be pulled (the first
             one's line, with a count when there were several).
     """
+    limits = limits or PullConfig()
     async with run_lock(session_id, run_id, lock_wait):
         todo: list[tuple[ArtifactRow, str | None]] = []
         failures: list[TransferError] = []
+        count = total = 0
         for art in store.artifacts(run_id):
+            count += 1
+            total += max(art.size, 0)
+            if count > limits.max_artifacts:
+                failures.append(_over(art.name, f"run {run_id} announced more than "
+                                                f"{limits.max_artifacts} artifacts",
+                                      "max_artifacts"))
+                continue
+            if total > limits.max_run_bytes:
+                failures.append(_over(art.name, f"with it, run {run_id}'s artifacts come to "
+                                                f"{total} bytes, above the ceiling of "
+                                                f"{limits.max_run_bytes} bytes",
+                                      "max_run_bytes"))
+                continue
             if art.status != "pulled":
                 todo.append((art, None))
                 continue
@@ -542,7 +577,7 @@ async def pull_run(client: PullSource, store: Store, session_id: str, run_id: st
                 for art, why in todo:
                     try:
                         out.append(await _fetch(client, store, session_id, art, progress,
-                                                max_bytes, why))
+                                                limits, why))
                     except TransferError as exc:
                         failures.append(exc)
             finally:

@@ -9,10 +9,37 @@ it with :func:`shell_command` — there is no string-concatenated shell anywhere
 from __future__ import annotations
 
 import abc
+import asyncio
 import shlex
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
+
+#: Seconds a file transfer may go without a byte (or an answer) before it is stopped.
+#: An honest pod answers an SFTP read or sends the next chunk in well under a second even
+#: on a slow link; a FIFO swapped in for a file, or a pod's file server that stopped
+#: answering, never does. The config's ``[pull] stall_s`` overrides it.
+TRANSFER_STALL_S = 60.0
+
+
+async def within_stall(aw: Awaitable[T], stall_s: float, path: str) -> T:
+    """``aw``'s result, or a :class:`TransferError` once ``stall_s`` pass without one.
+
+    Every wait of a transfer goes through here, so no read can block for ever: the pull
+    then fails with one line, the run stays recorded, and Ctrl+C is never stuck behind it.
+    """
+    try:
+        return await asyncio.wait_for(aw, stall_s)
+    except TimeoutError:
+        from ..errors import TransferError
+
+        raise TransferError(
+            f"reading {path}: no bytes for {stall_s:g} s; the transfer was stopped",
+            title="Transfer stalled",
+            remedy="pull again (`gpuws pull`) once the pod answers; a file that is not a "
+                   "regular file on the pod never arrives") from None
 
 
 class ByteReader(Protocol):
@@ -120,8 +147,14 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def read_file(self, path: str, offset: int, agent_argv: Sequence[str],
-                  chunk: int = 1 << 20) -> AsyncIterator[bytes]:
-        """Yield the bytes of a pod file from ``offset`` (SFTP, or the agent's ``cat``)."""
+                  chunk: int = 1 << 20, *, stall_s: float = TRANSFER_STALL_S
+                  ) -> AsyncIterator[bytes]:
+        """Yield the bytes of a regular pod file from ``offset`` (SFTP, or the agent's ``cat``).
+
+        Anything but a regular file (a FIFO, a device, a symbolic link) is refused with a
+        :class:`~gpuws.errors.TransferError` before a byte is read, and a transfer that goes
+        ``stall_s`` seconds without a byte ends with one (:func:`within_stall`).
+        """
 
     @abc.abstractmethod
     async def close(self) -> None:

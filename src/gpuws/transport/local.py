@@ -7,8 +7,9 @@ import os
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from ..errors import ConnectError
-from .base import RemoteProcess, Transport, TransportInfo
+from ..errors import ConnectError, TransferError
+from ..remote_agent.safefiles import NotRegular, open_regular
+from .base import TRANSFER_STALL_S, RemoteProcess, Transport, TransportInfo
 
 
 class LocalProcess(RemoteProcess):
@@ -54,18 +55,36 @@ class LocalTransport(Transport):
         return LocalProcess(proc)
 
     async def read_file(self, path: str, offset: int, agent_argv: Sequence[str],
-                        chunk: int = 1 << 20) -> AsyncIterator[bytes]:
+                        chunk: int = 1 << 20, *, stall_s: float = TRANSFER_STALL_S
+                        ) -> AsyncIterator[bytes]:
+        # Read here, in this process: a FIFO, a device or a link the workload left must
+        # neither block the event loop nor stream for ever, so the file is opened as the
+        # agent opens run files (no link followed, never blocking, regular files only) and
+        # read up to the size it had when opened. A local read cannot stall: stall_s is
+        # the interface's, unused here.
+        del stall_s
+        try:
+            fd, st = open_regular(os.path.expanduser(path))
+        except NotRegular as exc:
+            raise TransferError(f"{path} is not a regular file ({exc.strerror}); refused, "
+                                "nothing was read", title="Artifact refused",
+                                remedy="only regular files are pulled") from exc
+        except OSError as exc:
+            raise TransferError(f"reading {path} failed: {exc.strerror or exc}") from exc
         t0 = time.monotonic()
-        with open(os.path.expanduser(path), "rb") as f:
-            f.seek(offset)
-            while True:
-                data = f.read(chunk)
+        try:
+            pos = offset
+            while pos < st.st_size:
+                data = os.pread(fd, min(chunk, st.st_size - pos), pos)
                 if not data:
                     break
+                pos += len(data)
                 yield data
                 if time.monotonic() - t0 > 0.05:
                     t0 = time.monotonic()
                     await asyncio.sleep(0)  # let the UI breathe on big files
+        finally:
+            os.close(fd)
 
     async def close(self) -> None:
         return None

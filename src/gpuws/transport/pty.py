@@ -52,7 +52,14 @@ from collections.abc import AsyncIterator, Sequence
 import asyncssh
 
 from ..errors import ConnectError, TransferError
-from .base import ByteReader, CommandResult, RemoteProcess, TransportInfo
+from .base import (
+    TRANSFER_STALL_S,
+    ByteReader,
+    CommandResult,
+    RemoteProcess,
+    TransportInfo,
+    within_stall,
+)
 from .ssh import SSHTransport, map_error
 
 #: The terminal gpuws asks for: wide, so shells rarely wrap what they echo.
@@ -376,7 +383,8 @@ class PTYTransport(SSHTransport):
 
     # -- files
     async def read_file(self, path: str, offset: int, agent_argv: Sequence[str],
-                        chunk: int = 1 << 20) -> AsyncIterator[bytes]:
+                        chunk: int = 1 << 20, *, stall_s: float = TRANSFER_STALL_S
+                        ) -> AsyncIterator[bytes]:
         """Over a terminal: the agent's ``cat64`` frames, verified, resumed after a break.
 
         Every frame's sha256 is checked before its bytes are yielded; a frame that is
@@ -385,7 +393,8 @@ class PTYTransport(SSHTransport):
         yet yielded. Each session ends with the sha256 of all it sent, checked too.
         """
         if not self.pty:
-            async for piece in super().read_file(path, offset, agent_argv, chunk):
+            async for piece in super().read_file(path, offset, agent_argv, chunk,
+                                                 stall_s=stall_s):
                 yield piece
             return
         pos = offset
@@ -395,10 +404,17 @@ class PTYTransport(SSHTransport):
         while True:
             start = pos
             whole = hashlib.sha256()
-            proc = await self.start_pty([*agent_argv, "cat64", path, str(pos), str(frame)])
+            proc = await within_stall(
+                self.start_pty([*agent_argv, "cat64", path, str(pos), str(frame)]),
+                stall_s, path)
             done = False
             try:
-                async for line in _lines(proc.stdout):
+                lines = _lines(proc.stdout)
+                while True:
+                    try:
+                        line = await within_stall(anext(lines), stall_s, path)
+                    except StopAsyncIteration:
+                        break
                     at = line.find(b"GPWS-")
                     kind = line[at:at + 9] if at >= 0 else b""
                     if kind == b"GPWS-CAT ":

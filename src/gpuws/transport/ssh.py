@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import stat
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -40,7 +41,16 @@ from typing import Any
 import asyncssh
 
 from ..errors import AuthError, ConnectError, GpuwsError, HostKeyError, TransferError
-from .base import RemoteProcess, Transport, TransportInfo, shell_command
+from ..remote_agent.safefiles import kind_of
+from ..text.textsafe import visible
+from .base import (
+    TRANSFER_STALL_S,
+    RemoteProcess,
+    Transport,
+    TransportInfo,
+    shell_command,
+    within_stall,
+)
 from .keys import OfferedKeys, offered_keys
 from .proxy import ProxyCommand
 from .sshconfig import SSHTarget, resolve
@@ -302,6 +312,8 @@ class SSHTransport(Transport):
         self._proxy: ProxyCommand | None = None
         self._sftp: asyncssh.SFTPClient | None = None
         self._sftp_probe: asyncio.Task[None] | None = None
+        #: The SFTP session was dropped after a stall: the next read opens a new one.
+        self._sftp_dropped = False
         self._handshake: asyncssh.SSHClientConnection | None = None
         self._closing = False
         self._offered = OfferedKeys()
@@ -535,14 +547,23 @@ class SSHTransport(Transport):
         return SSHProcess(proc, self)
 
     async def read_file(self, path: str, offset: int, agent_argv: Sequence[str],
-                        chunk: int = 1 << 20) -> AsyncIterator[bytes]:
+                        chunk: int = 1 << 20, *, stall_s: float = TRANSFER_STALL_S
+                        ) -> AsyncIterator[bytes]:
         await self.settled()
-        if self._sftp is not None:
-            reads = _read_ahead(self._sftp, path, offset, chunk)
+        sftp = await self._usable_sftp(stall_s, path)
+        if sftp is not None:
+            reads = _read_ahead(sftp, path, offset, chunk, stall_s)
             try:
                 async for data in reads:
                     yield data
                 return
+            except TransferError as exc:
+                if exc.title == "Transfer stalled":
+                    # sftp-server serves one request at a time: one that never answers
+                    # (an open blocked on a FIFO swapped in after the check) blocks every
+                    # later one, so this session is dropped and the next read opens a new.
+                    self._drop_sftp(sftp)
+                raise
             except (OSError, asyncssh.Error) as exc:
                 raise TransferError(f"reading {path} over SFTP failed: {exc}") from exc
             finally:
@@ -550,21 +571,23 @@ class SSHTransport(Transport):
                 # generator; the reads' own must close now, while the link is up, not when
                 # the loop finalises it after the link closed ("Task exception was never
                 # retrieved: SFTPConnectionLost" on stderr).
-                with contextlib.suppress(OSError, asyncssh.Error):
-                    await reads.aclose()
+                with contextlib.suppress(OSError, asyncssh.Error, TransferError):
+                    await within_stall(reads.aclose(), stall_s, path)
         # No SFTP: the agent streams the file on an exec channel of its own, opened with a
         # wider window than the connection's default: with 2 MiB the pod waited for our
-        # window updates, a round trip each (41 MB/s at a 20 ms RTT; 112 with 8 MiB).
+        # window updates, a round trip each (41 MB/s at a 20 ms RTT; 112 with 8 MiB). The
+        # agent's ``cat`` opens only regular files inside its run directories, without
+        # following a link or blocking (remote_agent/safefiles.py).
         try:
-            channel = await self.conn.create_process(
+            channel = await within_stall(self.conn.create_process(
                 shell_command([*agent_argv, "cat", path, str(offset)]), encoding=None,
-                window=TRANSFER_WINDOW)
+                window=TRANSFER_WINDOW), stall_s, path)
         except (OSError, asyncssh.Error) as exc:
             raise map_error(exc, self.target) from exc
         proc = SSHProcess(channel, self)
         try:
             while True:
-                raw = await proc.stdout.read(chunk)
+                raw = await within_stall(proc.stdout.read(chunk), stall_s, path)
                 if not raw:
                     break
                 yield bytes(raw)  # encoding=None: the channel carries bytes
@@ -572,12 +595,35 @@ class SSHTransport(Transport):
                 raise TransferError(f"reading {path}: the link to the pod broke "
                                     f"({self.lost_reason or proc.broken})",
                                     remedy="pull again; the transfer resumes")
-            status = await proc.wait()
+            # stderr before wait(): asyncssh's wait() collects (and so consumes) it.
+            err = (await within_stall(proc.stderr.read(1 << 16), stall_s, path)
+                   ).decode("utf-8", "replace").strip()
+            status = await within_stall(proc.wait(), stall_s, path)
             if status not in (0, None):
-                err = (await proc.stderr.read()).decode("utf-8", "replace").strip()
-                raise TransferError(f"reading {path} failed: {err or f'exit {status}'}")
+                why = visible(err, 300) or f"exit {status}"
+                raise TransferError(f"reading {path} failed: {why}",
+                                    title="Artifact refused" if "regular file" in err
+                                    else TransferError.title)
         finally:
             proc.close()
+
+    async def _usable_sftp(self, stall_s: float, path: str) -> asyncssh.SFTPClient | None:
+        """The SFTP session, a new one if the last was dropped after a stall, or ``None``
+        where the server has no SFTP."""
+        if self._sftp is None and self._sftp_dropped and self._conn is not None:
+            try:
+                self._sftp = await within_stall(self._conn.start_sftp_client(), stall_s, path)
+            except (OSError, asyncssh.Error) as exc:
+                raise TransferError(f"reading {path}: a new SFTP session failed: {exc}",
+                                    remedy="pull again") from exc
+            self._sftp_dropped = False
+        return self._sftp
+
+    def _drop_sftp(self, sftp: asyncssh.SFTPClient) -> None:
+        if self._sftp is sftp:
+            self._sftp = None
+            self._sftp_dropped = True
+        sftp.exit()
 
     async def close(self) -> None:
         self._closing = True
@@ -617,7 +663,7 @@ TRANSFER_WINDOW = 8 << 20
 
 
 async def _read_ahead(sftp: asyncssh.SFTPClient, path: str, offset: int,
-                      chunk: int) -> AsyncGenerator[bytes, None]:
+                      chunk: int, stall_s: float) -> AsyncGenerator[bytes, None]:
     """The file's bytes from ``offset`` in order, with ``READ_AHEAD`` bytes of reads in flight.
 
     Each read is one SFTP request (``block_size=0``: no asyncssh helper tasks behind it,
@@ -626,11 +672,21 @@ async def _read_ahead(sftp: asyncssh.SFTPClient, path: str, offset: int,
     when opened; a short answer is completed before anything after it, and whatever the
     file holds beyond that size is then read one request at a time to its end, as a
     plain sequential reader would.
+
+    Only a regular file is read: the path is ``lstat``-ed first (a FIFO, device or link
+    is refused before any open: sftp-server would block for ever opening a FIFO, and
+    read ``/dev/zero`` without end), and what was opened is ``fstat``-ed again (a file
+    swapped for a link to a device after the check). Every wait is bounded by ``stall_s``.
     """
+    attrs = await within_stall(sftp.lstat(path), stall_s, path)
+    _check_regular(attrs, path)
     step = max(1, min(chunk, sftp.limits.max_read_len or (32 << 10)))
     depth = max(2, READ_AHEAD // step)
-    async with sftp.open(path, "rb", block_size=0) as f:
-        size = (await f.stat()).size or 0
+    f = await within_stall(sftp.open(path, "rb", block_size=0), stall_s, path)
+    try:
+        opened = await within_stall(f.stat(), stall_s, path)
+        _check_regular(opened, path)
+        size = opened.size or 0
         pending: deque[tuple[asyncio.Task[bytes], int]] = deque()
         pos = done = offset
         try:
@@ -642,17 +698,17 @@ async def _read_ahead(sftp: asyncssh.SFTPClient, path: str, offset: int,
                 if not pending:
                     break
                 task, want = pending.popleft()
-                data: bytes = await task
+                data: bytes = await within_stall(task, stall_s, path)
                 while data:
                     done += len(data)
                     yield data
                     want -= len(data)
                     # The server may answer with less than asked: fetch the rest first.
-                    data = await f.read(want, done) if want else b""
+                    data = await within_stall(f.read(want, done), stall_s, path) if want else b""
                 if want:
                     break  # the file ended early (it shrank): stop reading ahead
             while True:
-                data = await f.read(step, done)
+                data = await within_stall(f.read(step, done), stall_s, path)
                 if not data:
                     return
                 done += len(data)
@@ -661,6 +717,24 @@ async def _read_ahead(sftp: asyncssh.SFTPClient, path: str, offset: int,
             for task, _ in pending:
                 task.cancel()
             await asyncio.gather(*(task for task, _ in pending), return_exceptions=True)
+    finally:
+        with contextlib.suppress(OSError, asyncssh.Error, TransferError):
+            await within_stall(f.close(), stall_s, path)
+
+
+def _check_regular(attrs: asyncssh.SFTPAttrs, path: str) -> None:
+    """Refuse anything an SFTP stat says is not a regular file."""
+    mode = attrs.permissions
+    if mode is not None and stat.S_IFMT(mode):
+        regular = stat.S_ISREG(mode)
+    else:
+        regular = attrs.type == asyncssh.FILEXFER_TYPE_REGULAR
+    if not regular:
+        what = kind_of(mode) if mode is not None and stat.S_IFMT(mode) else "not a regular file"
+        raise TransferError(f"{path} on the pod is {what}, not a regular file; refused, "
+                            "nothing was read", title="Artifact refused",
+                            remedy="the workload left something other than a file in its "
+                                   "artifacts; only regular files are pulled")
 
 
 def check_host_name(name: str) -> None:
