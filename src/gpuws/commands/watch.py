@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 from rich.table import Table
 from rich.text import Text
 
@@ -193,7 +194,7 @@ async def watch(args: argparse.Namespace) -> int:
 
         async def one(n: int, changed: list[str], t0: float) -> Iteration:
             it = Iteration(n, changed)
-            spec = build_spec(args)  # a file: workload travels in the spec: read it anew
+            spec = watch_spec(args)  # a file: workload travels in the spec: read it anew
             if workspace is not None and engine.link is not None:
                 manifest = await asyncio.to_thread(workspace.scan)
                 synced = await workspace.sync(engine.link.client, manifest)
@@ -273,6 +274,16 @@ async def watch(args: argparse.Namespace) -> int:
     if iterations:
         out.print(summary(iterations))
     return 0
+
+
+def watch_spec(args: argparse.Namespace) -> protocol.RunSpec:
+    """The iteration's spec: the run's, with the Tier-1 child forked from the pod's
+    pre-imported parent (``RunSpec.fork_server``) for a Python workload, unless
+    ``--no-fork-server`` (a ``cmd:`` has no Tier-1 child to fork)."""
+    spec = build_spec(args)
+    if getattr(args, "fork_server", True) and not spec.workload.startswith("cmd:"):
+        spec = msgspec.structs.replace(spec, fork_server=True)
+    return spec
 
 
 def _rel(path: str, roots: list[Path]) -> str:
