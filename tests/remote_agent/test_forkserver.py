@@ -304,3 +304,79 @@ def test_a_parent_that_initialised_cuda_is_never_used(pod: Pod) -> None:
     assert "the fork server did not start" in logs(events)
     assert "torch initialised CUDA" in logs(events)
     assert "V=1" in outputs(events)
+
+
+def test_serve_gives_the_lifeline_to_fork_runs_only_and_takes_it_away(
+        tmp_path: Path) -> None:
+    """Through the real agent (the local pod): a run that asks for the fork server gets
+    serve's session, and nothing of it reaches the workload's environment; the session's
+    directory goes when the connection does."""
+    import asyncio
+
+    from gpuws import protocol
+    from gpuws.client import AgentClient
+    from gpuws.transport.local import LocalTransport
+
+    fork_dir = Path(os.environ["GPUWS_POD_CACHE"]) / "fork"
+    cmd = "cmd:env | grep -c GPUWS_FORKSERVER; ls /proc/self/fd | wc -l"
+
+    async def go() -> tuple[list[str], list[Path]]:
+        client = await AgentClient.connect(LocalTransport())
+        events: list = []
+        client.add_listener(events.append)
+        texts = []
+        for fork in (False, True):
+            events.clear()
+            await client.start_run(protocol.RunSpec(workload=cmd, tiers=[], fork_server=fork))
+            fin = await wait_async(events)
+            assert fin.status == "ok", fin.error
+            texts.append(" ".join(e.text for e in events if isinstance(e, protocol.Output)))
+        sessions = list(fork_dir.iterdir())
+        await client.close()
+        return texts, sessions
+
+    async def wait_async(events: list) -> protocol.RunFinished:
+        for _ in range(1200):
+            done = [e for e in events if isinstance(e, protocol.RunFinished)]
+            if done:
+                return done[0]
+            await asyncio.sleep(0.05)
+        raise AssertionError("the run did not finish")
+
+    texts, sessions = asyncio.run(go())
+    assert texts[0].split()[0] == texts[1].split()[0] == "0"
+    assert texts[0] == texts[1]  # the same open descriptors: the lifeline did not leak
+    assert len(sessions) == 1 and sessions[0].name.split("-")[0].isdigit()
+    wait_for(lambda: not sessions[0].exists(), "serve to remove its session directory")
+
+
+def test_a_same_size_edit_synced_within_the_second_runs_the_new_code(
+        tmp_path: Path) -> None:
+    """watch makes an edit a second's work: ``V = 2`` then ``V = 3`` (the same size)
+    synced within the second the last run imported it must not run the old bytecode."""
+    import hashlib
+    import zlib
+
+    from gpuws.remote_agent import workspace as ws
+
+    def sync(data: bytes) -> Path:
+        digest = hashlib.sha256(data).hexdigest()
+        ws.put([[digest, len(data), 0, len(data)]],
+               base64.b64encode(zlib.compress(data)).decode(), True)
+        assert ws.apply("proj", [["mykern.py", 0o644, digest, len(data)]], "0" * 64)["applied"]
+        return Path(ws.workspace_dir("proj")) / "mykern.py"
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+    def value(root: Path) -> str:
+        return subprocess.run([sys.executable, "-c", "import mykern; print(mykern.V)"],
+                              cwd=root, capture_output=True, text=True, check=True,
+                              timeout=60, env=env).stdout.strip()
+
+    first = sync(b"V = 2\n")
+    assert value(first.parent) == "2"  # imported: its bytecode is in __pycache__ now
+    assert list((first.parent / "__pycache__").glob("mykern.*.pyc"))
+    mtime = first.stat().st_mtime_ns
+    second = sync(b"V = 3\n")
+    os.utime(second, ns=(mtime, mtime))  # as a write within the same second leaves it
+    assert value(second.parent) == "3"

@@ -57,7 +57,8 @@ class Iteration:
 
 
 def watched_paths(args: argparse.Namespace) -> list[Path]:
-    """What to watch: the workspace, else the ``file:`` workload's folder.
+    """What to watch: the workspace, else the ``file:`` workload's file (the one file
+    that travels with each run: nothing else in its folder changes what is measured).
 
     Raises:
         UsageError: nothing to watch (a ``builtin:`` or ``cmd:`` workload without ``-W``).
@@ -73,7 +74,7 @@ def watched_paths(args: argparse.Namespace) -> list[Path]:
         path = Path(ref[5:]).expanduser()
         if not path.is_file():
             raise UsageError(f"{ref}: no such file", remedy="give -w file:PATH of your benchmark")
-        return [path.parent]
+        return [path]
     raise UsageError(f"watch has nothing to watch for {visible(ref, 80)}",
                      remedy="give -W DIR (the project), or -w file:PATH")
 
@@ -242,11 +243,23 @@ async def watch(args: argparse.Namespace) -> int:
         # The watcher runs from before the first iteration, and saves made while an
         # iteration runs wait in the queue: none is missed, and they make one iteration.
         saves: asyncio.Queue[tuple[float, set[str]]] = asyncio.Queue()
+        # A file is watched through its folder (an editor's save often replaces the
+        # file, which a watch on the file itself would lose), for that one name only.
+        files = {os.path.realpath(r) for r in roots if r.is_file()}
+        folders = [r.parent if r.is_file() else r for r in roots]
+        recursive = not files
+        default = watchfiles.DefaultFilter()
+
+        def wanted(change: watchfiles.Change, path: str) -> bool:
+            if files:
+                return os.path.realpath(path) in files
+            return default(change, path)
 
         async def watcher() -> None:
-            async for changes in watchfiles.awatch(*roots, debounce=args.debounce_ms,
-                                                   stop_event=stop, raise_interrupt=False):
-                saves.put_nowait((time.monotonic(), {_rel(p, roots) for _k, p in changes}))
+            async for changes in watchfiles.awatch(*folders, debounce=args.debounce_ms,
+                                                   stop_event=stop, raise_interrupt=False,
+                                                   watch_filter=wanted, recursive=recursive):
+                saves.put_nowait((time.monotonic(), {_rel(p, folders) for _k, p in changes}))
 
         watching = asyncio.create_task(watcher())
         await asyncio.sleep(0)  # let the watcher start before anything is measured

@@ -92,6 +92,7 @@ class Lifeline:
         parent = os.path.join(cache_root(), "fork")
         ensure_private_dir(cache_root())
         ensure_private_dir(parent)
+        _prune(parent)
         # One directory per serve: no two connections (or users) ever share a server.
         self.dir = os.path.join(parent, "%d-%s" % (os.getpid(), os.urandom(4).hex()))
         os.mkdir(self.dir, 0o700)
@@ -100,6 +101,40 @@ class Lifeline:
 
     def env_value(self) -> str:
         return "%d:%s" % (self.read_fd, self.dir)
+
+    def close(self) -> None:
+        """serve is ending: its servers drain and go; the directory goes once empty."""
+        for fd in (self.write_fd, self.read_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.rmdir(self.dir)
+        except OSError:
+            pass  # a server still drains there, and removes it when done
+
+
+def _prune(parent: str) -> None:
+    """Remove what the sessions of serves that are gone left (a killed serve cannot)."""
+    import shutil
+
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        pid = name.split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # that serve lives (or its pid was reused: left alone either way)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
 def take_session(environ: "MutableMapping[str, str]") -> None:

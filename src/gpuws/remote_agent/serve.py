@@ -366,4 +366,6 @@ def main() -> int:
         if line.strip():
             srv.handle(line)
     srv.stop.set()
+    if srv._lifeline is not None:
+        srv._lifeline.close()  # the connection's fork servers end with it
     return 0
