@@ -320,20 +320,24 @@ def test_serve_gives_the_lifeline_to_fork_runs_only_and_takes_it_away(
     fork_dir = Path(os.environ["GPUWS_POD_CACHE"]) / "fork"
     cmd = "cmd:env | grep -c GPUWS_FORKSERVER; ls /proc/self/fd | wc -l"
 
-    async def go() -> tuple[list[str], list[Path]]:
+    async def go() -> tuple[list[str], list[Path], list[int]]:
         client = await AgentClient.connect(LocalTransport())
         events: list = []
         client.add_listener(events.append)
-        texts = []
-        for fork in (False, True):
+        texts, probed = [], []
+        for fork in (False, True, True):
             events.clear()
             await client.start_run(protocol.RunSpec(workload=cmd, tiers=[], fork_server=fork))
             fin = await wait_async(events)
             assert fin.status == "ok", fin.error
             texts.append(" ".join(e.text for e in events if isinstance(e, protocol.Output)))
+            if fork:  # the session's probe: taken by its first run, read by the next
+                probe = next(fork_dir.iterdir()) / "probe.json"
+                assert "hostname" in json.loads(probe.read_text())
+                probed.append(probe.stat().st_mtime_ns)
         sessions = list(fork_dir.iterdir())
         await client.close()
-        return texts, sessions
+        return texts, sessions, probed
 
     async def wait_async(events: list) -> protocol.RunFinished:
         for _ in range(1200):
@@ -343,9 +347,10 @@ def test_serve_gives_the_lifeline_to_fork_runs_only_and_takes_it_away(
             await asyncio.sleep(0.05)
         raise AssertionError("the run did not finish")
 
-    texts, sessions = asyncio.run(go())
+    texts, sessions, probed = asyncio.run(go())
     assert texts[0].split()[0] == texts[1].split()[0] == "0"
-    assert texts[0] == texts[1]  # the same open descriptors: the lifeline did not leak
+    assert texts[0] == texts[1] == texts[2]  # the same descriptors: the lifeline stays out
+    assert probed[0] == probed[1]  # not probed (nor written) again
     assert len(sessions) == 1 and sessions[0].name.split("-")[0].isdigit()
     wait_for(lambda: not sessions[0].exists(), "serve to remove its session directory")
 

@@ -109,10 +109,11 @@ class Lifeline:
                 os.close(fd)
             except OSError:
                 pass
-        try:
-            os.rmdir(self.dir)
-        except OSError:
-            pass  # a server still drains there, and removes it when done
+        import shutil
+
+        # A server still draining there has already stopped listening: what it leaves
+        # (its lock and log) it only ever unlinks, ignoring a file already gone.
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _prune(parent: str) -> None:
@@ -153,6 +154,26 @@ def take_session(environ: "MutableMapping[str, str]") -> None:
 
 
 # ----------------------------------------------------------------------------- worker's side
+def session_probe() -> Optional[Dict[str, Any]]:
+    """The pod's probe for this session's runs: taken by its first run, read by the next.
+
+    The probe (the workloads' interpreter and its packages, the GPUs' architecture, the
+    profilers) took 0.18 s of each 0.5 s iteration of ``gpuws watch`` on the test
+    machine; none of it changes between two saves. None outside a session (probe anew).
+    """
+    from .pod.probe import probe
+    from .safefiles import read_json_dict, write_json_best_effort
+
+    if _SESSION["dir"] is None:
+        return None
+    path = os.path.join(str(_SESSION["dir"]), "probe.json")
+    facts = read_json_dict(path)
+    if not facts:
+        facts = probe()
+        write_json_best_effort(path, facts)
+    return facts
+
+
 def launcher_for(ctx: Any) -> Optional[Spawn]:
     """A spawn function for ``ctx``'s children through the session's fork server (started
     now if this is the first run that needs it), or None: start them the ordinary way.

@@ -50,10 +50,11 @@ class Pod:
     which ncu fits; None: the first GPU.
     """
 
-    def __init__(self, gpu_index: Optional[int] = None) -> None:
+    def __init__(self, gpu_index: Optional[int] = None,
+                 facts: Optional[Dict[str, Any]] = None) -> None:
         from ..pod.probe import probe
 
-        self.facts = probe()
+        self.facts = probe() if facts is None else facts
         gpus = self.facts.get("gpus") or []
         mine = [g for g in gpus if g.get("index") == gpu_index] or gpus[:1]
         self.cc: Optional[str] = mine[0].get("compute_capability") if mine else None
@@ -138,7 +139,12 @@ def execute(ctx: "RunContext") -> None:
     if ctx.work_dir != ctx.run_dir and not os.path.isdir(ctx.work_dir):
         raise WorkloadError("the workspace %s is not on this pod: sync it first (gpuws run "
                             "-W DIR sends it)" % ctx.spec.get("workspace"))
-    pod = Pod(run_gpu_index(ctx))
+    facts = None
+    if ctx.spec.get("fork_server"):
+        from ..forkserver import session_probe
+
+        facts = session_probe()  # a watch's pod, probed once for all its iterations
+    pod = Pod(run_gpu_index(ctx), facts)
     ctx.python_choice = pod.python
     if ref.kind == "cmd":
         run_command(ctx, ref.target, pod)
