@@ -94,9 +94,10 @@ class RunSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: Tier 3's time budget: a plan estimated to take longer (:class:`Tier3Estimate`) is
     #: stopped before ncu starts, with a cheaper plan named. None: no budget.
     max_tier3_s: float | None = None
-    #: Start the Tier-1 child by forking it from a parent that imported CuPy, torch and
-    #: Triton once (never CUDA) and lives as long as the connection (``gpuws watch``'s
-    #: runs): seconds less per iteration. False: a fresh interpreter per child.
+    #: One of the connection's held loop (``gpuws watch``): the Tier-1 child is forked
+    #: from a parent that imported CuPy, torch and Triton once (never CUDA) and lives as
+    #: long as the connection, and the pod is probed once for all such runs: seconds less
+    #: per iteration. False: a fresh interpreter per child, a fresh probe per run.
     fork_server: bool = False
 
     def timing_mode(self) -> str:

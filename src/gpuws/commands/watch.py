@@ -290,11 +290,11 @@ async def watch(args: argparse.Namespace) -> int:
 
 
 def watch_spec(args: argparse.Namespace) -> protocol.RunSpec:
-    """The iteration's spec: the run's, with the Tier-1 child forked from the pod's
-    pre-imported parent (``RunSpec.fork_server``) for a Python workload, unless
-    ``--no-fork-server`` (a ``cmd:`` has no Tier-1 child to fork)."""
+    """The iteration's spec: the run's, as one of this connection's session
+    (``RunSpec.fork_server``: the pod probed once, the Tier-1 child of a Python workload
+    forked from a pre-imported parent), unless ``--no-fork-server``."""
     spec = build_spec(args)
-    if getattr(args, "fork_server", True) and not spec.workload.startswith("cmd:"):
+    if getattr(args, "fork_server", True):
         spec = msgspec.structs.replace(spec, fork_server=True)
     return spec
 
