@@ -28,7 +28,7 @@ from rich.text import Text
 from .. import protocol
 from ..errors import UsageError
 from ..gpu import gpus
-from ..sessions.compare import Tier1Comparison, compare_samples
+from ..sessions.compare import Tier1Comparison, change_text, compare_samples, verdict_word
 from ..sessions.store import Store
 from ..text import humanfmt
 from ..text.textsafe import visible
@@ -77,25 +77,6 @@ def watched_paths(args: argparse.Namespace) -> list[Path]:
         return [path]
     raise UsageError(f"watch has nothing to watch for {visible(ref, 80)}",
                      remedy="give -W DIR (the project), or -w file:PATH")
-
-
-def verdict_word(c: Tier1Comparison | None) -> str:
-    """faster / slower / no difference (at 95%), from the CI of the ratio of medians."""
-    if c is None:
-        return ""
-    if c.within_noise:
-        return "no difference"
-    return "faster" if c.speedup > 1.0 else "slower"
-
-
-def change_text(c: Tier1Comparison | None) -> str:
-    """``-2.1% [-2.4, -1.8] faster``: time change of B against A with its 95% CI."""
-    if c is None:
-        return "—"
-    pct = (1.0 / c.speedup - 1.0) * 100.0
-    lo = (1.0 / c.ci_high - 1.0) * 100.0
-    hi = (1.0 / c.ci_low - 1.0) * 100.0
-    return f"{pct:+.1f}% [{lo:+.1f}, {hi:+.1f}] {verdict_word(c)}"
 
 
 def line(it: Iteration) -> Text:
