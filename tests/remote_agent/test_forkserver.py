@@ -18,9 +18,11 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -385,3 +387,53 @@ def test_a_same_size_edit_synced_within_the_second_runs_the_new_code(
     second = sync(b"V = 3\n")
     os.utime(second, ns=(mtime, mtime))  # as a write within the same second leaves it
     assert value(second.parent) == "3"
+
+
+PEER = textwrap.dedent("""\
+    import json, socket, sys
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(sys.argv[1])
+    s.send(json.dumps({"argv": [], "cwd": "/", "env": {}}).encode())
+    s.settimeout(30)
+    try:
+        print(repr(s.recv(65536)))
+    except ConnectionResetError:
+        print("reset")  # closed with the request unread
+    """)
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not Path("/usr/bin/python3").exists(),
+                    reason="needs root (to be another user) and a system python3")
+def test_another_user_is_never_answered_even_where_the_socket_is_reachable(
+        pod: Pod) -> None:
+    """The socket lives in the person's 0700 directory; should it ever be reachable (a
+    cache made traversable, a socket made writable), the server still answers no other
+    uid: the connection is closed unread."""
+    ctx, _ = pod.run()
+    assert tiers.run_child(ctx, "static", tier=1).returncode == 0  # the server is up
+    sock = Path(forkserver.socket_path(pod.lifeline.dir, forkserver.server_key(
+        sys.executable, str(pod.pyz), str(pod.project), ctx.env)))
+    # Another user reaches it through a link in a world-traversable directory (the whole
+    # pytest tree is root's 0700): the link names the socket, the socket is opened up.
+    open_dir = Path(tempfile.mkdtemp(prefix="gpuws-fs-"))
+    modes = {p: p.stat().st_mode & 0o7777 for p in [*sock.parents][:-1]}
+    try:
+        open_dir.chmod(0o711)
+        sock.chmod(0o777)
+        for parent, mode in modes.items():  # every directory down to it traversable
+            parent.chmod(mode | 0o011)
+        link = open_dir / "s"
+        link.symlink_to(sock)
+
+        def as_user(uid: int) -> str:
+            res = subprocess.run(
+                ["/usr/bin/python3", "-c", PEER, str(link)], capture_output=True, text=True,
+                timeout=60, cwd="/", preexec_fn=(lambda: os.setuid(uid)) if uid else None)
+            assert res.returncode == 0, res.stderr
+            return res.stdout.strip()
+        assert as_user(65534) in ("b''", "reset")  # nobody: closed, not refused in words
+        assert "error" in as_user(0)  # the owner is answered (this request is refused)
+    finally:
+        for parent, mode in modes.items():
+            parent.chmod(mode)
+        shutil.rmtree(open_dir, ignore_errors=True)
