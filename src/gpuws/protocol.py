@@ -845,7 +845,6 @@ class BadLine(msgspec.Struct, frozen=True):
 
 
 _event_decoder: msgspec.json.Decoder[Events] = msgspec.json.Decoder(Events)
-_request_decoder: msgspec.json.Decoder[Requests] = msgspec.json.Decoder(Requests)
 _encoder = msgspec.json.Encoder()
 
 
@@ -869,11 +868,6 @@ def decode_event(line: bytes) -> Events | BadLine:
         reason = ("nested too deeply to decode" if isinstance(exc, RecursionError)
                   else f"not valid UTF-8: {exc}")
         return BadLine(reason, _preview(line), len(line))
-
-
-def decode_request(line: bytes) -> Requests:
-    """Decode one request (used by tests; the agent parses requests by hand)."""
-    return _request_decoder.decode(line)
 
 
 def _preview(line: bytes, limit: int = 120) -> str:
