@@ -144,6 +144,8 @@ class WatchLoop:
         self.on_status = on_status
         self.clock = clock
         self.iterations: list[Iteration] = []
+        #: Every run the loop started (a face tells them from runs it started itself).
+        self.run_ids: set[str] = set()
         self.files = 0 if workspace is not None else len(roots)
         self._stop = asyncio.Event()
         self._current: asyncio.Task[Iteration] | None = None
@@ -225,7 +227,6 @@ class WatchLoop:
         async def watcher() -> None:
             async for changes in watchfiles.awatch(*folders, debounce=self.debounce_ms,
                                                    stop_event=self._stop,
-                                                   raise_interrupt=False,
                                                    watch_filter=wanted, recursive=recursive):
                 saves.put_nowait((self.clock(), {_rel(p, folders) for _k, p in changes}))
 
@@ -304,6 +305,7 @@ class WatchLoop:
             finally:
                 self._starting = False
         it.run_id = self._run_id = info.run_id
+        self.run_ids.add(info.run_id)
         self._status("running", n)
         if self._cancel_run:  # stopped while the pod was starting it
             self._cancel_pod_run(info.run_id)
