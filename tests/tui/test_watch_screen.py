@@ -70,6 +70,10 @@ def rows(screen: WatchScreen) -> list[list[str]]:
     return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
 
 
+def detail(screen: WatchScreen) -> str:
+    return str(screen.query_one("#watch-detail").render())
+
+
 def status_text(screen: WatchScreen) -> str:
     return str(screen.query_one("#watch-status").render())
 
@@ -97,18 +101,18 @@ async def test_saves_make_rows_and_points_a_broken_one_its_error_and_the_loop_wa
         assert "watching 2 files" in status_text(screen)
         # Every iteration is a point of the chart (no median without a GPU: none drawn).
         assert [p.n for p in screen.query_one(CiChart).points] == [1, 2, 3]
-        assert not screen.query_one("#watch-error").display
+        assert "failed" not in detail(screen)
 
         init.write_text("V = (\n")  # a broken save: its error, then the loop waits
         await until(pilot, lambda: waiting(4))
         broken = rows(screen)[3]
         assert broken[2] == "failed" and "exited with code 1" in broken[5]
-        assert screen.query_one("#watch-error").display
-        assert "#4 failed" in str(screen.query_one("#watch-error").render())
+        assert "#4 · run " in detail(screen)
+        assert "failed: the workload exited with code 1" in detail(screen)
         assert screen.query_one(CiChart).points[3].failed
         init.write_text("V = 4\n")
         await until(pilot, lambda: waiting(5))
-        assert rows(screen)[4][2] != "failed" and not screen.query_one("#watch-error").display
+        assert rows(screen)[4][2] != "failed" and "failed" not in detail(screen)
 
         loop = app.watch_loop
         assert loop is not None and not loop.stopped

@@ -27,7 +27,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from ...live.watchloop import Iteration, WatchStatus
 from ...sessions.compare import Tier1Comparison, change_range, verdict_word
 from ...text.textsafe import visible
-from ..fmt import ms
+from ..fmt import duration, ms
 from ..messages import WatchIterationDone, WatchStatusChanged
 from ..widgets.run.ci_chart import CiChart, Point
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 #: The verdict's colour, as ``gpuws watch`` prints it.
 VERDICT_STYLE = {"faster": "green", "slower": "red"}
-COLUMNS = ("#", "changed", "median ± CI", "Δ prev", "Δ baseline", "verdict", "run")
+COLUMNS = ("#", "changed", "median ± CI", "Δ prev", "Δ baseline", "verdict")
 
 
 class WatchScreen(Screen[None]):
@@ -55,7 +55,7 @@ class WatchScreen(Screen[None]):
     ]
     DEFAULT_CSS = """
     WatchScreen #watch-status { height: auto; padding: 0 1; background: $boost; }
-    WatchScreen #watch-error { height: auto; padding: 0 1; color: $error; }
+    WatchScreen #watch-detail { height: auto; padding: 0 1; }
     WatchScreen #iterations { height: 2fr; min-height: 5; }
     WatchScreen #chart { height: 3fr; min-height: 8; border-top: solid $primary 50%; }
     """
@@ -74,7 +74,7 @@ class WatchScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="watch-status")
-        yield Static(id="watch-error")
+        yield Static(id="watch-detail")
         table: DataTable[Text] = DataTable(id="iterations", cursor_type="row", zebra_stripes=True)
         yield table
         yield CiChart(id="chart")
@@ -88,7 +88,6 @@ class WatchScreen(Screen[None]):
         table = self.query_one("#iterations", DataTable)
         for name in COLUMNS:
             table.add_column(name, key=name)
-        self.query_one("#watch-error").display = False
         self._draw_status()
 
     # ------------------------------------------------------------------ what the loop says
@@ -149,36 +148,51 @@ class WatchScreen(Screen[None]):
         if self.baseline_n is not None:
             line.append(f" · baseline #{self.baseline_n}", "yellow")
         self.query_one("#watch-status", Static).update(line)
-        error = self.query_one("#watch-error", Static)
-        last = self.iterations[max(self.iterations)] if self.iterations else None
-        if last is not None and last.status not in ("", "ok"):
-            # The pod's words: control characters made visible, never read as markup.
-            error.update(Text(f"#{last.n} {visible(last.status, 40)}: "
-                              f"{visible(last.error or 'no reason given', 600)}"))
-            error.display = True
+        self._draw_detail()
+
+    def _draw_detail(self) -> None:
+        """The selected iteration's run and, when it failed, its whole error line."""
+        table = self.query_one("#iterations", DataTable)
+        it = None
+        if table.row_count:
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+            it = self.iterations.get(int(key)) if key is not None else None
+        detail = Text()
+        if it is None:
+            detail.append("each save is a run: its row, its point on the chart", "dim")
         else:
-            error.display = False
+            detail.append(f"#{it.n} · run {it.run_id or '—'}")
+            if it.status not in ("", "ok"):
+                # The pod's words: control characters made visible, never read as markup.
+                detail.append(f" · {visible(it.status, 40)}: "
+                              f"{visible(it.error or 'no reason given', 600)}", "bold red")
+            elif it.wall_s:
+                overhead = (f", {duration(it.overhead_s)} of it the loop's"
+                            if it.overhead_s is not None else "")
+                detail.append(f" · save → result {duration(it.wall_s)}{overhead}", "dim")
+            detail.append(" · Enter: its results", "dim")
+        self.query_one("#watch-detail", Static).update(detail)
+
+    @on(DataTable.RowHighlighted, "#iterations")
+    def _highlighted(self) -> None:
+        self._draw_detail()
 
     def _number(self, n: int) -> Text:
         return Text(f"★{n}" if n == self.baseline_n else str(n),
                     "bold yellow" if n == self.baseline_n else "")
 
     def _cells(self, it: Iteration) -> list[Text]:
-        changed = (", ".join(it.changed[:3]) + (f" +{len(it.changed) - 3}"
-                                                 if len(it.changed) > 3 else "")
-                   if it.changed else "start")
-        head = [self._number(it.n), Text(visible(changed, 40))]
-        run = Text(it.run_id, "dim")
+        head = [self._number(it.n), Text(_changed(it.changed, 24))]
         if it.status != "ok":
-            # A failed iteration: its status, and its error where the verdict would be.
+            # A failed iteration: its status, and its error where the verdict would be
+            # (whole in the line under the table).
             return [*head, Text(visible(it.status or "—", 20), "bold red"), Text("—"),
-                    Text("—"), Text(visible(it.error or "no reason given", 80), "red"), run]
+                    Text("—"), Text(_cut(visible(it.error or "no reason given", 200), 28), "red")]
         if it.median_ms is None:
             return [*head, Text("no Tier-1 samples", "yellow"), Text("—"), Text("—"),
-                    Text("Tier 1 times a Python workload's run()", "dim"), run]
-        ci = f" ±{it.ci_pct:.1f}%" if it.ci_pct is not None else ""
-        return [*head, Text(ms(it.median_ms) + ci), _delta(it.vs_prev), _delta(it.vs_base),
-                _verdict(it), run]
+                    Text("Tier 1 times run()", "dim")]
+        return [*head, Text(ms(it.median_ms) + _ci(it.ci_pct)), _delta(it.vs_prev),
+                _delta(it.vs_base), _verdict(it)]
 
     # ------------------------------------------------------------------ keys
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -212,6 +226,32 @@ def _delta(c: Tier1Comparison | None) -> Text:
     return Text(change_range(c), VERDICT_STYLE.get(verdict_word(c), "dim"))
 
 
+def _cut(shown: str, width: int) -> str:
+    """A visible string cut to ``width`` cells with an ellipsis (a table cell)."""
+    return shown if len(shown) <= width else shown[:width - 1] + "…"
+
+
+def _changed(paths: list[str], width: int) -> str:
+    """The files an iteration's save changed, as many whole names as fit, then ``+N``."""
+    if not paths:
+        return "start"
+    names = [visible(p, 200) for p in paths]
+    shown = _cut(names[0], width)
+    for i, name in enumerate(names[1:], 1):
+        rest = f" +{len(names) - i - 1}" if i < len(names) - 1 else ""
+        if len(shown) + 2 + len(name) + len(rest) > width:
+            return f"{shown} +{len(names) - i}"
+        shown += f", {name}"
+    return shown
+
+
+def _ci(pct: float | None) -> str:
+    """`` ±0.04%``: two decimals below 1%, where Tier 1's CIs usually are."""
+    if pct is None:
+        return ""
+    return f" ±{pct:.2f}%" if pct < 1 else f" ±{pct:.1f}%"
+
+
 def _verdict(it: Iteration) -> Text:
     """The verdict against the previous iteration (the edit just made), and against the
     baseline when that says otherwise."""
@@ -220,8 +260,7 @@ def _verdict(it: Iteration) -> Text:
         return Text("baseline" if it.vs_base is None else "—", "dim")
     text = Text(prev or "—", VERDICT_STYLE.get(prev, ""))
     if base and base != prev:
-        text.append(f" ({base} than baseline)" if base != "no difference"
-                    else " (no difference from baseline)", VERDICT_STYLE.get(base, "dim"))
+        text.append(f" · base: {base}", VERDICT_STYLE.get(base, "dim"))
     return text
 
 

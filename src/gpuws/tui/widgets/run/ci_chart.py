@@ -29,6 +29,9 @@ MIN_WINDOW = 0.02
 #: How far past the medians' own span (at least ``MIN_WINDOW`` of the largest) a CI may
 #: stretch the axis before it is cut with an arrow: one wild CI must not flatten the rest.
 CI_REACH = 1.0
+#: Room left above and below the points, as a share of the window: a point on the
+#: chart's edge reads as one cut off.
+PAD = 0.1
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,8 @@ def fit(points: list[Point], rows: int) -> Scale | None:
     if hi - lo < floor:  # equal medians, tight CIs: a window around them
         middle = (hi + lo) / 2
         lo, hi = middle - floor / 2, middle + floor / 2
+    pad = PAD * (hi - lo)
+    lo, hi = lo - pad, hi + pad
     if lo < 0:
         hi, lo = hi - lo, 0.0
     if hi <= lo:  # every median 0 ns: an axis from 0 to 1 ns
@@ -144,13 +149,16 @@ def draw(points: list[Point], width: int, height: int,
     shown_rows = {0, plot_rows // 2, plot_rows - 1}
     gutter = max(len(labels[r]) for r in shown_rows) + 1
     plot_width = width - gutter - 1
-    slot = max(2, min(6, plot_width // max(1, len(kept))))
+    slot = max(2, min(8, plot_width // max(1, len(kept))))
     visible_points = kept[-max(1, plot_width // slot):]
     grid = [[Cell(" ") for _ in range(plot_width)] for _ in range(plot_rows)]
+    base_note = ""
     if scale is not None and is_time(baseline_ms) and baseline_ms is not None:
-        r = scale.row(baseline_ms)
         if scale.lo <= baseline_ms <= scale.hi:
-            grid[r] = [Cell("┈", "yellow dim") for _ in range(plot_width)]
+            grid[scale.row(baseline_ms)] = [Cell("┈", "yellow dim") for _ in range(plot_width)]
+            base_note = " · ┈ baseline"
+        else:  # a stored run's median far from these: said, not drawn at an edge
+            base_note = f" · baseline {ms(baseline_ms)} off the chart"
     for i, p in enumerate(visible_points):
         x = i * slot + slot // 2
         if p.median_ms is None or scale is None:
@@ -180,8 +188,7 @@ def draw(points: list[Point], width: int, height: int,
     caption = "median per iteration · bar: its 95% CI"
     if any(p.failed for p in visible_points):
         caption += " · ✗ failed"
-    if baseline_ms is not None and scale is not None:
-        caption += " · ┈ baseline"
+    caption += base_note
     hidden = len(kept) - len(visible_points)
     if hidden:
         caption += f" · {hidden} older not shown"
