@@ -84,3 +84,50 @@ def test_verdicts_of_the_recorded_iterations() -> None:
     assert four.vs_prev is not None and four.vs_prev.within_noise  # the same calls
     assert four.vs_base is not None and four.vs_base.speedup > 1 and not four.vs_base.within_noise
     assert one.vs_prev is None and one.vs_base is None
+
+
+async def test_b_makes_the_selected_iteration_the_baseline() -> None:
+    """b on row 2: the loop (``WatchLoop.set_baseline``) compares every iteration with #2
+    again and the screen shows it: the star moves, #1 reads slower than the baseline, #4
+    no different from it. The loop holds the recorded iterations (it never ran: no GPU)."""
+    from textual.widgets import DataTable
+
+    from gpuws.live.watchloop import WatchLoop
+    from gpuws.tui.messages import WatchIterationDone
+
+    app = frozen_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = WatchScreen("file:bench/attn.py", [ROOT])
+        await app.push_screen(screen)
+        await settle(pilot, lambda: screen.is_mounted)
+        its = iterations()
+
+        def shown(it: Iteration) -> None:
+            median = next(i.median_ms for i in loop.iterations if i.n == loop.baseline_n)
+            screen.post_message(WatchIterationDone(it, loop.baseline_n, median))
+
+        loop = WatchLoop(app.engine, [ROOT], lambda: protocol.RunSpec(workload="builtin:saxpy"),
+                         on_iteration=shown)
+        loop.iterations = its
+        loop.baseline, loop.baseline_n = its[0].samples, 1
+        app.watch_loop = loop
+        for it in its:
+            screen.show_iteration(it, 1, its[0].median_ms)
+        table = screen.query_one("#iterations", DataTable)
+        table.move_cursor(row=1)
+        await pilot.press("b")
+        await settle(pilot, lambda: screen.baseline_n == 2
+                     and str(table.get_row_at(0)[4]) != "—")
+        cells = [[str(c) for c in table.get_row_at(i)] for i in range(4)]
+        assert [r[0] for r in cells] == ["1", "★2", "3", "4"]
+        assert cells[0][4].startswith("+7.5%") and cells[0][5] == "— · base: slower"
+        assert cells[1][4] == "—" and cells[1][5] == "faster"
+        assert cells[3][4].startswith("+0.0%") and cells[3][5] == "no difference"
+        assert "baseline #2" in str(screen.query_one("#watch-status").render())
+        # b on a failed iteration is refused in a banner, and nothing changes.
+        notes: list[str] = []
+        app.notify = lambda message, **_: notes.append(message)  # type: ignore[method-assign]
+        table.move_cursor(row=2)
+        await pilot.press("b")
+        await settle(pilot, lambda: bool(notes))
+        assert "#3 has no Tier-1 samples" in notes[0] and screen.baseline_n == 2

@@ -22,6 +22,7 @@ from gpuws.sessions.store import Store
 from gpuws.tui.app import GpuwsApp, StartConnect
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.launcher import LauncherScreen
+from gpuws.tui.screens.results import ResultsScreen
 from gpuws.tui.screens.watch import WatchScreen
 from gpuws.tui.widgets.run.ci_chart import CiChart
 from tui.tuikit import until  # type: ignore[import-not-found]
@@ -106,13 +107,23 @@ async def test_saves_make_rows_and_points_a_broken_one_its_error_and_the_loop_wa
         init.write_text("V = (\n")  # a broken save: its error, then the loop waits
         await until(pilot, lambda: waiting(4))
         broken = rows(screen)[3]
-        assert broken[2] == "failed" and "exited with code 1" in broken[5]
+        assert broken[2] == "failed" and broken[5].startswith("the workload exited")
         assert "#4 · run " in detail(screen)
         assert "failed: the workload exited with code 1" in detail(screen)
         assert screen.query_one(CiChart).points[3].failed
         init.write_text("V = 4\n")
         await until(pilot, lambda: waiting(5))
         assert rows(screen)[4][2] != "failed" and "failed" not in detail(screen)
+
+        # Enter on a row opens that iteration's stored run; esc comes back to the loop.
+        table = screen.query_one("#iterations", DataTable)
+        table.focus()
+        table.move_cursor(row=1)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ResultsScreen))
+        assert app.screen.run_id == screen.iterations[2].run_id  # type: ignore[attr-defined]
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is screen)
 
         loop = app.watch_loop
         assert loop is not None and not loop.stopped
