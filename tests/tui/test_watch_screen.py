@@ -163,3 +163,22 @@ async def test_esc_stops_the_loop_and_cancels_the_running_iteration(tmp_path: Pa
             assert store.run(run_id).status == "cancelled"
         assert [it.status for it in loop.iterations] == ["cancelled"]
         await app.shutdown()
+
+
+async def test_leaving_the_screen_any_way_stops_its_loop(tmp_path: Path) -> None:
+    """Home (or a disconnect, which goes Home) takes the watch screen away: its loop stops
+    with it instead of measuring saves nobody sees."""
+    root, _init = project(tmp_path)
+    app = GpuwsApp(StartConnect(Target("local")))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await start_watch(pilot, PROG, root)
+        await until(pilot, lambda: len(screen.iterations) == 1)
+        loop = app.watch_loop
+        assert loop is not None and not loop.stopped
+        app.go_home()
+        await until(pilot, lambda: loop.stopped and not watching(app))
+        with Store() as store:
+            (session,) = store.sessions()
+            assert len(store.runs(session.id)) == 1
+        assert len(loop.iterations) == 1
+        await app.shutdown()

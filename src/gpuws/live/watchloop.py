@@ -252,6 +252,11 @@ class WatchLoop:
             watching.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watching
+            if self._cancel_task is not None:
+                # Refused only when the run had ended by itself meanwhile: it is stored
+                # either way.
+                with contextlib.suppress(GpuwsError, asyncio.CancelledError):
+                    await self._cancel_task
             self._status("stopped")
         return self.iterations
 
@@ -324,10 +329,6 @@ class WatchLoop:
             it.ci_low_ms, it.ci_high_ms = stats.ci_low_ms, stats.ci_high_ms
             it.ci_pct = (stats.ci_rel_halfwidth * 100
                          if stats.ci_rel_halfwidth is not None else None)
-        if self._cancel_task is not None:
-            # Refused only when the run had ended by itself meanwhile: it is stored either way.
-            with contextlib.suppress(GpuwsError):
-                await self._cancel_task
         return it
 
     def _cancel_pod_run(self, run_id: str) -> None:

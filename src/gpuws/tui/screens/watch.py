@@ -90,6 +90,11 @@ class WatchScreen(Screen[None]):
             table.add_column(name, key=name)
         self._draw_status()
 
+    def on_unmount(self) -> None:
+        # However the screen goes (esc, Home, a disconnect), its loop goes with it: no
+        # loop measures saves nobody sees.
+        self.app.stop_watch()
+
     # ------------------------------------------------------------------ what the loop says
     def on_watch_iteration_done(self, message: WatchIterationDone) -> None:
         self.show_iteration(message.iteration, message.baseline_n, message.baseline_ms)
@@ -120,6 +125,7 @@ class WatchScreen(Screen[None]):
             [Point(i.n, i.median_ms, i.ci_low_ms, i.ci_high_ms, i.status != "ok")
              for _, i in sorted(self.iterations.items())], self.baseline_ms)
         self._draw_status()
+        self.refresh_bindings()  # b is offered once an iteration has a median
 
     def show_status(self, status: WatchStatus) -> None:
         """Redraw the status line."""
