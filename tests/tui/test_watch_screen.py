@@ -182,3 +182,28 @@ async def test_leaving_the_screen_any_way_stops_its_loop(tmp_path: Path) -> None
             assert len(store.runs(session.id)) == 1
         assert len(loop.iterations) == 1
         await app.shutdown()
+
+
+async def test_a_refused_workspace_is_a_banner_and_nothing_runs(tmp_path: Path) -> None:
+    """A link out of the project: refused before anything is sent (the workspace's own
+    check), one banner with its cause and remedy, the screen says it stopped, no run."""
+    root, _init = project(tmp_path)
+    outside = tmp_path / "id_ed25519"
+    outside.write_text("not for the pod\n")
+    (root / "secrets").symlink_to(outside)
+    app = GpuwsApp(StartConnect(Target("local")))
+    banners: list[tuple[str, str]] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        app.notify = (  # type: ignore[method-assign]
+            lambda message, *, title="", **_: banners.append((title, message)))
+        screen = await start_watch(pilot, PROG, root)
+        await until(pilot, lambda: screen.status is not None
+                    and screen.status.phase == "stopped" and bool(banners))
+        (title, message), = banners
+        assert title == "Workspace refused" and "secrets" in message and "→" in message
+        assert "stopped" in status_text(screen) and not screen.iterations
+        with Store() as store:
+            (session,) = store.sessions()
+            assert store.runs(session.id) == []
+        await app.shutdown()

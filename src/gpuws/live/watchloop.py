@@ -32,6 +32,8 @@ from ..text.textsafe import visible
 from .engine import Engine
 
 if TYPE_CHECKING:
+    from watchfiles import Change
+
     from ..workspace.sync import WorkspaceSync
 
 
@@ -102,6 +104,29 @@ def watched_paths(workspace: str | None, workload: str) -> list[Path]:
 
 def _ignore(_value: object) -> None:
     return None
+
+
+class SaveFilter:
+    """Which changes the watcher reports as saves: the one file of a ``file:`` workload,
+    else what ``watchfiles.DefaultFilter`` keeps (no ``.git``, caches, editor swap files)
+    that lies in the project once links are resolved. The watcher follows a symlinked
+    directory (a ``data -> /datasets`` link the workspace itself leaves out): without the
+    last rule, writes far outside the project, the store's own among them, would each
+    start an iteration."""
+
+    def __init__(self, roots: list[Path]) -> None:
+        import watchfiles  # the loop's dependency, imported where it is used
+
+        self.files = {os.path.realpath(r) for r in roots if r.is_file()}
+        self.dirs = [os.path.realpath(r) for r in roots if not r.is_file()]
+        self._default = watchfiles.DefaultFilter()
+
+    def __call__(self, change: Change, path: str) -> bool:
+        real = os.path.realpath(path)
+        if self.files:
+            return real in self.files
+        return self._default(change, path) and any(
+            real == d or real.startswith(d + os.sep) for d in self.dirs)
 
 
 class WatchLoop:
@@ -214,15 +239,9 @@ class WatchLoop:
         saves: asyncio.Queue[tuple[float, set[str]]] = asyncio.Queue()
         # A file is watched through its folder (an editor's save often replaces the
         # file, which a watch on the file itself would lose), for that one name only.
-        files = {os.path.realpath(r) for r in self.roots if r.is_file()}
+        wanted = SaveFilter(self.roots)
         folders = [r.parent if r.is_file() else r for r in self.roots]
-        recursive = not files
-        default = watchfiles.DefaultFilter()
-
-        def wanted(change: watchfiles.Change, path: str) -> bool:
-            if files:
-                return os.path.realpath(path) in files
-            return default(change, path)
+        recursive = not wanted.files
 
         async def watcher() -> None:
             async for changes in watchfiles.awatch(*folders, debounce=self.debounce_ms,

@@ -160,24 +160,29 @@ async def watch(app: GpuwsApp, screen: WatchScreen, options: LaunchOptions, root
     (``RunSpec.fork_server``, as ``gpuws watch`` sends it)."""
     import msgspec
 
-    from ..live.watchloop import WatchLoop
+    from ..live.watchloop import WatchLoop, WatchStatus
     from ..runspec import build_spec
     from .screens.watch import snapshot
 
-    _link(app)
     samples: list[float] | None = None
-    if baseline:
-        base = baseline
-        samples = await app.store.call(lambda s: s.samples(s.run(base).run_id))
-        if not samples:
-            raise UsageError(f"baseline {base}: that run has no Tier-1 samples",
-                             remedy="choose a run that ran Tier 1, or none")
     workspace = None
-    if options.workspace:
-        from ..workspace.sync import WorkspaceSync
+    try:
+        _link(app)
+        if baseline:
+            base = baseline
+            samples = await app.store.call(lambda s: s.samples(s.run(base).run_id))
+            if not samples:
+                raise UsageError(f"baseline {base}: that run has no Tier-1 samples",
+                                 remedy="choose a run that ran Tier 1, or none")
+        if options.workspace:
+            from ..workspace.sync import WorkspaceSync
 
-        workspace = WorkspaceSync(options.workspace)
-        await asyncio.to_thread(workspace.scan)  # refused before anything runs
+            workspace = WorkspaceSync(options.workspace)
+            await asyncio.to_thread(workspace.scan)  # refused before anything runs
+    except GpuwsError:
+        # The banner says why (the app's one failure handler); the screen says it stopped.
+        screen.post_message(WatchStatusChanged(WatchStatus("stopped", 0, 0)))
+        raise
 
     def make_spec() -> protocol.RunSpec:
         return msgspec.structs.replace(build_spec(options), fork_server=True)

@@ -149,8 +149,9 @@ class WatchScreen(Screen[None]):
                          "waiting": "waiting for a save",
                          "stopping": f"stopping: iteration {k}'s run is being cancelled",
                          "stopped": "stopped"}[status.phase], "bold")
-            files = f"{status.files:,} file{'s' if status.files != 1 else ''}"
-            line.append(f" · watching {files} in {where}")
+            if status.phase != "stopped":
+                files = f"{status.files:,} file{'s' if status.files != 1 else ''}"
+                line.append(f" · watching {files} in {where}")
         if self.baseline_n is not None:
             line.append(f" · baseline #{self.baseline_n}", "yellow")
         self.query_one("#watch-status", Static).update(line)
