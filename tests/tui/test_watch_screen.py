@@ -18,6 +18,7 @@ from textual.pilot import Pilot
 from textual.widgets import Checkbox, DataTable, Input
 
 from gpuws.live.link import Target
+from gpuws.sessions.export import export_session
 from gpuws.sessions.store import Store
 from gpuws.tui.app import GpuwsApp, StartConnect
 from gpuws.tui.screens.dashboard import DashboardScreen
@@ -138,6 +139,10 @@ async def test_saves_make_rows_and_points_a_broken_one_its_error_and_the_loop_wa
             assert len({c.tree_sha256 for r in runs
                         if (c := store.code(r.run_id)) is not None}) == 5
             assert all(r.spec is not None and r.spec.fork_server for r in runs)
+            # ... so the export shows the TUI's loop as it shows gpuws watch's.
+            section = export_session(store, session.id).split("## Watch iterations", 1)[1]
+            assert len([r for r in section.split("\n## ", 1)[0].splitlines()
+                        if r.startswith("| ") and "`20" in r]) == 5
         await app.shutdown()
 
 
