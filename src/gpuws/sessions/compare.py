@@ -585,7 +585,15 @@ def change_text(c: Tier1Comparison | None) -> str:
     ``gpuws watch`` prints per iteration and the export's watch table shows)."""
     if c is None:
         return "—"
+    return f"{change_range(c)} {verdict_word(c)}"
+
+
+def change_range(c: Tier1Comparison | None) -> str:
+    """``-2.1% [-2.4, -1.8]``: :func:`change_text` without the verdict word (the TUI's
+    watch table gives the word its own column)."""
+    if c is None:
+        return "—"
     pct = (1.0 / c.speedup - 1.0) * 100.0
     lo = (1.0 / c.ci_high - 1.0) * 100.0
     hi = (1.0 / c.ci_low - 1.0) * 100.0
-    return f"{pct:+.1f}% [{lo:+.1f}, {hi:+.1f}] {verdict_word(c)}"
+    return f"{pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]"
