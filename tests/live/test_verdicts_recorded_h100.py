@@ -15,6 +15,7 @@ import pytest
 
 from gpuws import protocol
 from gpuws.live.verdicts import derive, inputs_from_events
+from gpuws.remote_agent.verdicts import program as program_rules
 
 FIX = Path(__file__).parents[1] / "fixtures" / "verdict-h100"
 
@@ -31,16 +32,44 @@ def verdicts_of(name: str) -> tuple[protocol.ProgramVerdict, list[protocol.Kerne
 
 
 @pytest.mark.parametrize(("name", "bound", "words"), [
-    # A batch-1 decode loop with .item() every step: the GPU waits on the host.
-    ("decode", "host", "idle 97%"),
-    # 200 launches of an 8-block kernel: short kernels, gaps between them.
+    # A batch-1 decode loop with .item() every step: an idle gap before nearly every one
+    # of its short kernels, the host's per-op cost (the rule on its numbers below).
+    ("decode", "launch", "Launch-bound: the GPU is idle 97%"),
+    # 200 launches of an 8-block kernel: short kernels, gaps between them (nsys gave no
+    # gaps here, so the 6.5 µs mean kernel decides).
     ("tiny_grid", "launch", "Launch-bound"),
     # saxpy alone: the GPU is busy with one kernel.
     ("saxpy", "gpu", "saxpy takes 100%"),
+    # 23 bf16 8192³ GEMMs after cuBLAS's start-up: one 89 ms gap is set aside, the rest
+    # of the span is 99% busy.
+    ("gemm", "gpu", "GPU-bound: nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT takes 99%"),
 ])
 def test_the_program_verdict_names_what_bounds_it(name: str, bound: str, words: str) -> None:
     program, _ = verdicts_of(name)
     assert program.bound == bound and words in program.summary, program.summary
+
+
+def test_the_launch_rule_on_the_recorded_decode_and_gemm() -> None:
+    """The rule on the fixtures' own figures: the decode's gaps are short (70.9 µs < 200)
+    and come with its launches (3,210 gaps for 3,012 launches, 1.07 per launch): launch-
+    bound, whose remedies are CUDA graphs and torch.compile. Before this rule (a 50 µs
+    mark on the mean gap alone) it read host- or sync-bound. The GEMM script's one 89 ms
+    start-up gap holds all but 0.3 ms of its idle time: without it the GPU is busy."""
+    decode, _ = verdicts_of("decode")
+    ev = {e.name: e.value for e in decode.evidence}
+    assert (ev["kernel launches"], ev["idle gaps in the span"]) == (3012, 3210)
+    assert ev["mean idle gap"] == pytest.approx(70_903, rel=1e-3)
+    assert ev["mean idle gap"] < program_rules.LAUNCH_GAP_NS
+    first = decode.findings[0]
+    per_launch = next(e.value for e in first.evidence if e.name == "idle gaps per launch")
+    assert per_launch == pytest.approx(3210 / 3012) and per_launch >= program_rules.GAPS_PER_LAUNCH
+    assert first.code == "launch_bound" and any("CUDA graph" in r for r in first.remedies)
+    assert "with 70.9 µs idle between them (1.07 gaps per launch)" in first.detail
+    gemm, _ = verdicts_of("gemm")
+    assert gemm.gpu_busy_pct == pytest.approx(26.6, abs=0.1)  # the whole span, as measured
+    steady = {e.name: e.value for e in gemm.evidence}
+    assert steady["GPU busy share without the longest gap"] == pytest.approx(99.0, abs=0.1)
+    assert [f.code for f in gemm.findings] == ["dominant_kernel", "one_off_gap"]
 
 
 def test_the_kernel_verdicts_name_the_bound_from_the_counters() -> None:
