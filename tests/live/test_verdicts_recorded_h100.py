@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gpuws import protocol
@@ -20,15 +21,22 @@ from gpuws.remote_agent.verdicts import program as program_rules
 FIX = Path(__file__).parents[1] / "fixtures" / "verdict-h100"
 
 
-def verdicts_of(name: str) -> tuple[protocol.ProgramVerdict, list[protocol.KernelVerdict]]:
+def events_of(name: str) -> list[protocol.Events]:
     # (recorded before `run --json` kept its "pulled" lines off stdout: they are skipped)
     events = [protocol.decode_event(line) for line in (FIX / f"{name}.ndjson").read_bytes()
               .splitlines() if line.startswith(b"{")]
     assert not any(isinstance(e, protocol.BadLine) for e in events)
-    got = derive(inputs_from_events([e for e in events
-                                     if not isinstance(e, protocol.BadLine)]))
-    assert got.program is not None
-    return got.program, got.kernels
+    return [e for e in events if not isinstance(e, protocol.BadLine)]
+
+
+def verdicts_of(name: str, sm_count: int | None = None
+                ) -> tuple[protocol.ProgramVerdict, list[protocol.KernelVerdict]]:
+    got = inputs_from_events(events_of(name))
+    if sm_count is not None:
+        got.sm_count = sm_count
+    found = derive(got)
+    assert found.program is not None
+    return found.program, found.kernels
 
 
 @pytest.mark.parametrize(("name", "bound", "words"), [
@@ -75,7 +83,30 @@ def test_the_launch_rule_on_the_recorded_decode_and_gemm() -> None:
 def test_the_kernel_verdicts_name_the_bound_from_the_counters() -> None:
     _, saxpy = verdicts_of("saxpy")
     assert saxpy[0].bound == "dram" and "DRAM bandwidth-bound" in saxpy[0].sentence
-    _, gemm = verdicts_of("gemm")
+    _, gemm = verdicts_of("gemm", sm_count=132)
+    # 132 blocks on 132 SMs: a persistent kernel on every SM, bound by its tensor cores.
     assert gemm[0].bound == "compute_tensor" and "tensor cores" in gemm[0].sentence
-    _, tiny = verdicts_of("tiny_grid")
-    assert tiny[0].bound in ("latency", "occupancy", "small_grid"), tiny[0].sentence
+
+
+def test_the_tiny_grid_is_too_small_a_grid_with_the_sm_count() -> None:
+    """8 blocks on the H100's 132 SMs. The recording predates RunStarted.gpu.sm_count and
+    ncu's launch__sm_count in the metrics, so the count a probe of that H100 now carries
+    (the CUDA driver's; ncu's H200/H100 reports say 132 too) is set on the inputs."""
+    events = events_of("tiny_grid")
+    started = next(e for e in events if isinstance(e, protocol.RunStarted))
+    assert started.gpu is not None and started.gpu.name == "NVIDIA H100 80GB HBM3"
+    assert started.gpu.sm_count is None  # recorded by an agent before the field
+    _, without = verdicts_of("tiny_grid")
+    assert without[0].bound == "occupancy"  # all it could say without the count
+    _, tiny = verdicts_of("tiny_grid", sm_count=132)
+    assert tiny[0].bound == "small_grid", tiny[0].sentence
+    assert tiny[0].sentence.startswith(
+        "Too small a grid: 8 block(s) for 132 SMs leave 124 SMs idle; SM 0%, memory 2% of "
+        "peak (ncu)")
+    sms = next(e for e in tiny[0].evidence if e.name == "SMs on the GPU")
+    assert (sms.value, sms.source) == (132, "CUDA driver")
+    # The same through the event a newer agent sends (RunStarted.gpu.sm_count).
+    newer = [msgspec.structs.replace(e, gpu=msgspec.structs.replace(e.gpu, sm_count=132))
+             if isinstance(e, protocol.RunStarted) and e.gpu is not None else e
+             for e in events]
+    assert derive(inputs_from_events(newer)).kernels[0].bound == "small_grid"

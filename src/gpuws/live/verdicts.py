@@ -52,6 +52,8 @@ class Inputs:
     tier3_status: str | None = None
     #: A diagnosis said the counters are blocked (predicted, or ncu said so).
     counters_blocked: bool = False
+    #: The run's GPU's SM count as the probe read it (ncu's own, in the metrics, wins).
+    sm_count: int | None = None
     tier1: protocol.Tier1Result | None = None
     table: protocol.KernelTable | None = None
     metrics: list[protocol.KernelMetrics] = field(default_factory=list)
@@ -81,6 +83,7 @@ def inputs_from_events(events: Iterable[protocol.Events]) -> Inputs:
     for ev in events:
         if isinstance(ev, protocol.RunStarted):
             got.spec = ev.spec
+            got.sm_count = ev.gpu.sm_count if ev.gpu is not None else None
         elif isinstance(ev, protocol.TierStarted) and ev.tier == 3:
             got.tier3_argv = ev.argv or got.tier3_argv
         elif isinstance(ev, protocol.TierFinished) and ev.tier == 3:
@@ -118,7 +121,8 @@ def inputs_from_model(model: RunModel) -> Inputs:
                   rules=list(model.rules), static=list(model.static),
                   pod_program=model.program_verdict, pod_kernels=list(model.kernel_verdicts),
                   pod_coverage=model.coverage,
-                  counters_blocked=any(d.code == "counters_blocked" for d in model.diagnoses))
+                  counters_blocked=any(d.code == "counters_blocked" for d in model.diagnoses),
+                  sm_count=model.gpu.sm_count if model.gpu is not None else None)
 
 
 def tier3_regex(argv: Sequence[str] | None) -> str | None:
@@ -150,8 +154,8 @@ def derive(got: Inputs) -> Verdicts:
                 continue
             seen.add(m.kernel)
             rules = [msgspec.to_builtins(r) for r in got.rules if r.kernel == m.kernel]
-            kernels.append(_convert(kernel_verdict(msgspec.to_builtins(m), rules),
-                                    protocol.KernelVerdict))
+            kernels.append(_convert(kernel_verdict(msgspec.to_builtins(m), rules,
+                                                   got.sm_count), protocol.KernelVerdict))
         if got.table is not None:
             cov = _convert(coverage(
                 msgspec.to_builtins(got.table), [m.kernel for m in got.metrics], regex=regex,

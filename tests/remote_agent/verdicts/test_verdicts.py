@@ -340,3 +340,33 @@ def test_a_one_off_gap_is_set_aside_only_among_many() -> None:
         v = program_verdict({**table, "span_ns": 10e6, "gap_count": 20,
                              "largest_gap_ns": 8.5e6, **bad})
         assert not any(f["code"] == "one_off_gap" for f in v["findings"]), bad
+
+
+def test_ncus_own_sm_count_and_waves_tell_a_grid_too_small() -> None:
+    # The recorded H200 saxpy launch (ncu's raw page): launch__sm_count 132, 248 waves.
+    launch = read_raw_csv((H200 / "saxpy_raw.csv").read_text())[0]
+    assert (launch["metrics"]["sm_count"], launch["grid"]) == (132.0, "(262144, 1, 1)")
+    assert launch["metrics"]["waves_per_sm"] == pytest.approx(248.24, abs=0.01)
+    v = kernel_verdict(launch, sm_count=7)  # ncu's count wins over a probe's
+    sms = next(e for e in v["evidence"] if e["name"] == "SMs on the GPU")
+    assert (sms["value"], sms["source"]) == (132.0, "ncu")
+    # The same launch cut to 8 blocks with both units idle (as the recorded H100 tiny grid
+    # read: SM 0.1%, memory 2.2%, occupancy 12%): too small a grid, from ncu's count alone.
+    idle = dict(launch["metrics"], sm_throughput_pct=0.1, memory_throughput_pct=2.2,
+                dram_throughput_pct=0.5, achieved_occupancy_pct=12.0, waves_per_sm=0.004)
+    tiny = kernel_verdict(dict(launch, grid="(8, 1, 1)", metrics=idle))
+    assert tiny["bound"] == "small_grid" and "8 block(s) for 132 SMs" in tiny["sentence"]
+    # 132 blocks, one per SM, but a twentieth of a wave: each SM holds one small block.
+    one_each = kernel_verdict(dict(launch, grid="(132, 1, 1)",
+                                   metrics=dict(idle, waves_per_sm=0.06)))
+    assert one_each["bound"] == "small_grid"
+    assert "make 0.06 of a wave on 132 SMs" in one_each["sentence"]
+    # A full wave with few warps is latency with too few warps, not the grid's size.
+    full = kernel_verdict(dict(launch, grid="(2112, 1, 1)",
+                               metrics=dict(idle, waves_per_sm=1.0)))
+    assert full["bound"] == "occupancy"
+    # A hostile count (0, negative, absurd) is not believed: the probe's is used.
+    for bad in (0.0, -132.0, 1e12):
+        v = kernel_verdict(dict(launch, grid="(8, 1, 1)", metrics=dict(idle, sm_count=bad)),
+                           sm_count=16)
+        assert "8 block(s) for 16 SMs" in v["sentence"], bad

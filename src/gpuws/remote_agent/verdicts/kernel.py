@@ -118,7 +118,8 @@ def kernel_verdict(launch: Dict[str, Any], rules: Optional[List[Dict[str, Any]]]
     Args:
         launch: the ``kernel_metrics`` event (metrics, stalls, grid, block).
         rules: ncu's rule findings for that kernel (``protocol.Rule`` dicts).
-        sm_count: the GPU's SM count, to tell a grid too small to fill it.
+        sm_count: the GPU's SM count from the probe, to tell a grid too small to fill
+            it; ncu's own (``launch__sm_count``, in the metrics) wins where it gave one.
         tier1: the ``tier1_result`` event, whose achieved rates go beside ncu's figures.
         gpm: NVML GPM figures (see :func:`kernel_verdict_without_counters`), likewise.
     """
@@ -129,6 +130,11 @@ def kernel_verdict(launch: Dict[str, Any], rules: Optional[List[Dict[str, Any]]]
     dram, tensor = _num(m.get("dram_throughput_pct")), _num(m.get("tensor_pipe_active_pct"))
     occ = _num(m.get("achieved_occupancy_pct"))
     blocks = grid_blocks(launch.get("grid"))
+    ncu_sms = _num(m.get("sm_count"))
+    sms_source = "CUDA driver"  # the probe's cuDeviceGetAttribute
+    if ncu_sms is not None and 1 <= ncu_sms <= 100_000:
+        sm_count, sms_source = int(ncu_sms), "ncu"
+    waves = _num(m.get("waves_per_sm"))
     ev = [evidence("SM throughput (of peak)", sm, "%", "ncu"),
           evidence("memory throughput (of peak)", mem, "%", "ncu"),
           evidence("DRAM throughput (of peak)", dram, "%", "ncu"),
@@ -140,11 +146,16 @@ def kernel_verdict(launch: Dict[str, Any], rules: Optional[List[Dict[str, Any]]]
                            "FLOP/byte", "ncu"))
     if blocks is not None:
         ev.append(evidence("blocks in the grid", float(blocks), "", "ncu"))
+    if sm_count:
+        ev.append(evidence("SMs on the GPU", float(sm_count), "", sms_source))
+    if waves is not None:
+        ev.append(evidence("waves of blocks per SM", waves, "", "ncu"))
     top = stalls[0] if stalls else None
     if top is not None:
         ev.append(evidence("top stall: %s" % top.get("reason"), _num(top.get("pct")), "%",
                            "ncu"))
-    bound, sentence = _bound_with_counters(sm, mem, dram, tensor, occ, blocks, sm_count, top)
+    bound, sentence = _bound_with_counters(sm, mem, dram, tensor, occ, blocks, sm_count,
+                                           waves, top)
     sources = ["ncu"]
     for more, source in ((_tier1_evidence(tier1), "CUDA events"), (_gpm_evidence(gpm),
                                                                      "NVML GPM")):
@@ -160,7 +171,8 @@ def kernel_verdict(launch: Dict[str, Any], rules: Optional[List[Dict[str, Any]]]
 def _bound_with_counters(sm: Optional[float], mem: Optional[float], dram: Optional[float],
                          tensor: Optional[float], occ: Optional[float],
                          blocks: Optional[int], sm_count: Optional[int],
-                         top: Optional[Dict[str, Any]]) -> Tuple[str, str]:
+                         waves: Optional[float], top: Optional[Dict[str, Any]]
+                         ) -> Tuple[str, str]:
     if sm is None and mem is None:
         return "unknown", "ncu gave no speed-of-light figures for this launch"
     sm_v, mem_v = sm or 0.0, mem or 0.0
@@ -179,10 +191,19 @@ def _bound_with_counters(sm: Optional[float], mem: Optional[float], dram: Option
         return "cache", ("On-chip memory-bound (L1/L2/shared): memory throughput %.0f%% of "
                          "peak while DRAM is at %s (ncu)"
                          % (mem_v, "?" if dram is None else "%.0f%%" % dram))
+    # Neither unit busy: a grid with fewer blocks than SMs leaves SMs idle whatever the
+    # kernel does; one that makes less than a wave (ncu's waves per SM) with few warps
+    # resident leaves each SM's warp slots empty, which is the grid, not the code.
     if blocks is not None and sm_count and blocks < sm_count:
         return "small_grid", ("Too small a grid: %d block(s) for %d SMs leave %d SMs idle; "
                               "SM %.0f%%, memory %.0f%% of peak (ncu)"
                               % (blocks, sm_count, sm_count - blocks, sm_v, mem_v))
+    if waves is not None and 0 < waves < 1 and occ is not None and occ < LOW_OCCUPANCY_PCT:
+        return "small_grid", ("Too small a grid: %s block(s) make %.2f of a wave on %s SMs, "
+                              "so each SM holds fewer warps than it could (achieved "
+                              "occupancy %.0f%%); SM %.0f%%, memory %.0f%% of peak (ncu)"
+                              % ("?" if blocks is None else blocks, waves,
+                                 sm_count or "the", occ, sm_v, mem_v))
     stall = ""
     if top is not None:
         reason = str(top.get("reason"))
