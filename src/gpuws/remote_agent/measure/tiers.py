@@ -226,10 +226,16 @@ def run_command(ctx: "RunContext", command: str, pod: Pod) -> None:
     table = tier2(ctx, pod, argv, python=False, inject=inject, recorded=recorded) \
         if 2 in tiers else None
     if 3 in tiers and not procs.CANCELLED["flag"]:
-        tier3(ctx, pod, argv, table, None, python=False, measured={
+        regex = ctx.spec.get("kernel_regex")  # the person's --kernel-regex, else the top
+        fell_back = tier3(ctx, pod, argv, table, regex, python=False, measured={
             "setup_s": wall0, "tier2_wall_s": time.time() - t2 if 2 in tiers else None,
             "setup_basis": "the command's own run" + (
                 " (under torch.profiler)" if recorded is not None else "")})
+        if fell_back:
+            # No Tier 1 here: GPM over the command's run is what there is.
+            from ..verdicts.kernel import first_match
+
+            findings.without_counters(ctx, first_match(table, regex))
 
 
 def command_argv(ctx: "RunContext", command: str) -> List[str]:
