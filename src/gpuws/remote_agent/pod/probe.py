@@ -263,11 +263,26 @@ def counters_verdict(admin_only: bool | None, cap_eff: int | None, uid: int | No
     }
 
 
+#: ``GPUWS_COUNTERS=blocked`` in the agent's environment: Tier 3 takes the counters as
+#: blocked whatever the driver allows, so a person (or tests/gpu/test_gpu_verdicts.py)
+#: sees on a GPU with counters what a pod without them gives (Tier 1, NVML GPM, static).
+COUNTERS_ENV = "GPUWS_COUNTERS"
+
+
 def read_counters(driver: str | None, params_path: str = PARAMS_PATH,
                   status_path: str = STATUS_PATH, uid: int | None = None) -> dict[str, Any]:
-    """:func:`counters_verdict` from the files of this machine (paths overridable)."""
+    """:func:`counters_verdict` from the files of this machine (paths overridable), or
+    ``blocked`` where :data:`COUNTERS_ENV` asks for it."""
     params = _read(params_path)
     status = _read(status_path)
+    if os.environ.get(COUNTERS_ENV) == "blocked":
+        found = counters_verdict(
+            None if params is None else parse_rm_profiling_admin_only(params),
+            None if status is None else parse_cap_eff(status),
+            os.getuid() if uid is None else uid, driver)
+        return dict(found, verdict="blocked", reason=(
+            "treated as blocked because %s=blocked is set in the agent's environment (what "
+            "the driver allows: %s)" % (COUNTERS_ENV, found["verdict"])))
     return counters_verdict(
         None if params is None else parse_rm_profiling_admin_only(params),
         None if status is None else parse_cap_eff(status),
