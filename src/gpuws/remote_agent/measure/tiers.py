@@ -846,6 +846,9 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
     learn_passes(ctx, parser.profiled)
     kernel_ns = sum(float(x["metrics"].get("duration_ns") or 0) for x in launches)
     gpu_s = kernel_ns * max(passes, 1) / 1e9  # each replay pass runs the kernel again
+    # Tier 3's time is up to its end, the report read: what the estimate says it is.
+    wall = time.time() - t0
+    learn_start(ctx, wall, estimate, (measured or {}).get("setup_s"), parser.profiled)
     ctx.emit(wire.make("tier_finished", tier=3, status="ok", wall_s=wall, gpu_s=gpu_s,
                        source="ncu_report" if launches and launches[0].get("source") ==
                        "ncu_report" else "csv",
@@ -866,6 +869,7 @@ def tier3_estimate(ctx: "RunContext", table: Optional[List[Dict[str, Any]]],
     key = tier3_cost.plan_key(run_cc(ctx), ctx.spec.get("ncu_set"),
                               ctx.spec.get("ncu_sections"), DEFAULT_SECTIONS)
     inputs["passes_here"] = tier3_cost.learnt(runs.cache_root()).get(key)
+    inputs["start_here"] = tier3_cost.learnt_start(runs.cache_root())
     est = tier3_cost.estimate(ctx.spec, table, regex, default_sections=DEFAULT_SECTIONS,
                               **inputs)
     est["cheaper"] = tier3_cost.cheaper_plans(ctx.spec, est, table, regex,
@@ -891,6 +895,20 @@ def learn_passes(ctx: "RunContext", profiled: List[Dict[str, Any]]) -> None:
         key = tier3_cost.plan_key(run_cc(ctx), ctx.spec.get("ncu_set"),
                                   ctx.spec.get("ncu_sections"), DEFAULT_SECTIONS)
         tier3_cost.remember_passes(runs.cache_root(), key, counts.pop())
+
+
+def learn_start(ctx: "RunContext", wall_s: float, estimate: Dict[str, Any],
+                setup_s: Optional[float], profiled: List[Dict[str, Any]]) -> None:
+    """Remember what ncu's own start took in this Tier 3, so the next estimate on this pod
+    uses it (kernel replay only: application replay starts the workload once a pass)."""
+    from . import tier3_cost
+
+    if ctx.spec.get("replay_mode") in tier3_cost.APPLICATION_REPLAY:
+        return
+    counts = [int(p.get("passes") or 0) for p in profiled]
+    passes = max(counts) if counts else 0
+    tier3_cost.remember_start(runs.cache_root(), tier3_cost.start_seen(
+        wall_s, estimate, None if setup_s is None else float(setup_s), passes, len(counts)))
 
 
 def tier3_budget(ctx: "RunContext", estimate: Dict[str, Any], t0: float) -> None:
