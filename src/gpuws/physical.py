@@ -128,6 +128,7 @@ FIELDS: dict[tuple[str, str], str] = {
     # The timeline's gaps (launch- and host-bound verdicts read them).
     ("KernelTable", "span_ns"): "ns", ("KernelTable", "largest_gap_ns"): "ns",
     ("KernelTable", "gap_count"): "count",
+    ("KernelTable", "sync_count"): "count", ("KernelTable", "sync_ns"): "ns",
     # Verdicts and Tier 3's coverage of Tier 2 (remote_agent/verdicts).
     ("FamilyShare", "calls"): "count", ("FamilyShare", "kernels"): "count",
     ("FamilyShare", "share_pct"): "share", ("FamilyShare", "total_ns"): "ns",

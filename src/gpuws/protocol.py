@@ -589,6 +589,11 @@ class KernelTable(Event, kw_only=True, tag="kernel_table"):
     span_ns: float | None = None
     gap_count: int | None = None
     largest_gap_ns: float | None = None
+    #: The host's waits for the GPU (cudaStreamSynchronize, cudaDeviceSynchronize, …) that
+    #: end inside the span, and the host time blocked in them (None: the trace had no host
+    #: API calls, or an agent before these fields).
+    sync_count: int | None = None
+    sync_ns: float | None = None
 
 
 class NcuProgress(Event, kw_only=True, tag="ncu_progress"):

@@ -26,7 +26,8 @@ NCU_METRICS = ["duration_ns", "sm_throughput_pct", "memory_throughput_pct",
                "dram_throughput_pct", "achieved_occupancy_pct", "l1_hit_pct", "l2_hit_pct",
                "tensor_pipe_active_pct", "warp stall reasons", "flops", "dram_bytes"]
 #: What Tier 2's timeline adds to its kernel table (``protocol.KernelTable``).
-TIMELINE_KEYS = ("gpu_idle_pct", "memcpy_pct", "span_ns", "gap_count", "largest_gap_ns")
+TIMELINE_KEYS = ("gpu_idle_pct", "memcpy_pct", "span_ns", "gap_count", "largest_gap_ns",
+                 "sync_count", "sync_ns")
 COUNTER_REMEDIES = [
     "on the host: options nvidia NVreg_RestrictProfilingToAdminUsers=0 in "
     "/etc/modprobe.d/, then reboot (or reload the nvidia module)",

@@ -35,6 +35,11 @@ GAPS_PER_LAUNCH = 0.5
 #: steady rhythm; it is set aside when the others are many enough to show the rhythm.
 ONE_OFF_SHARE = 0.5
 ONE_OFF_MIN_GAPS = 10
+#: Where the timeline has the host's API calls: with at least this many of the host's
+#: waits for the GPU (cudaStreamSynchronize, .item(), …) per idle gap, the gaps follow
+#: the waits (the host waits, then the GPU waits on the host): sync-bound. With fewer,
+#: the host is away doing something else: host-bound.
+SYNCS_PER_GAP = 0.5
 #: Copies taking this share of the span make the program transfer-bound.
 MEMCPY_HIGH_PCT = 20.0
 #: One kernel, or one family, over this share of kernel time dominates.
@@ -116,6 +121,10 @@ def program_verdict(table: Dict[str, Any]) -> Dict[str, Any]:
           evidence("idle gaps in the span", _num(table.get("gap_count")), "", src),
           evidence("mean idle gap", tl.mean_gap_ns, "ns", src),
           evidence("longest idle gap", _num(table.get("largest_gap_ns")), "ns", src)]
+    if _num(table.get("sync_count")) is not None:
+        ev += [evidence("host waits for the GPU in the span", _num(table.get("sync_count")),
+                        "", src),
+               evidence("host time blocked in them", _num(table.get("sync_ns")), "ns", src)]
     if tl.one_off_ns is not None:
         ev += [evidence("GPU busy share without the longest gap", tl.busy_pct, "%", src),
                evidence("mean idle gap without the longest", tl.steady_gap_ns, "ns", src)]
@@ -124,7 +133,8 @@ def program_verdict(table: Dict[str, Any]) -> Dict[str, Any]:
     # The steady state decides: a one-off start-up gap does not make a program host-bound.
     steady_busy = tl.busy_pct if tl.busy_pct is not None else busy
     if steady_busy is not None and steady_busy < BUSY_LOW_PCT and busy is not None:
-        bound, finding = _not_gpu_bound(busy, memcpy, launches, mean_ns, tl, src)
+        bound, finding = _not_gpu_bound(busy, memcpy, launches, mean_ns, tl, src,
+                                        _num(table.get("sync_count")))
         findings.append(finding)
     elif memcpy is not None and memcpy >= MEMCPY_HIGH_PCT:
         bound = "transfer"
@@ -201,8 +211,8 @@ def timeline(table: Dict[str, Any]) -> Timeline:
 
 
 def _not_gpu_bound(busy: float, memcpy: Optional[float], launches: int,
-                   mean_ns: Optional[float], tl: Timeline, src: str
-                   ) -> Tuple[str, Dict[str, Any]]:
+                   mean_ns: Optional[float], tl: Timeline, src: str,
+                   syncs: Optional[float] = None) -> Tuple[str, Dict[str, Any]]:
     idle = 100.0 - busy
     gap_ns = tl.steady_gap_ns
     base = [evidence("GPU busy share of the kernel span", busy, "%", src)]
@@ -239,6 +249,8 @@ def _not_gpu_bound(busy: float, memcpy: Optional[float], launches: int,
                          "move Python-side work out of the loop (no .item(), no host syncs)"],
             "evidence": [*base, evidence("mean kernel time", mean_ns, "ns", src),
                          evidence("kernel launches", float(launches), "", src)]}
+    if syncs is not None and tl.rest_gaps:
+        return "host", _host_with_syncs(idle, syncs, tl, gap_ns, base, src)
     return "host", {
         "code": "host_bound", "severity": "warning",
         "title": "Host- or sync-bound: the GPU is idle %.0f%% of the time between kernels"
@@ -257,6 +269,39 @@ def _not_gpu_bound(busy: float, memcpy: Optional[float], launches: int,
                      "non_blocking copies)",
                      "run nsys with --trace=cuda,osrt,nvtx to see what the host does"],
         "evidence": [*base, evidence("mean kernel time", mean_ns, "ns", src)]}
+
+
+def _host_with_syncs(idle: float, syncs: float, tl: Timeline, gap_ns: Optional[float],
+                     base: List[Dict[str, Any]], src: str) -> Dict[str, Any]:
+    """Host- or sync-bound, told apart by the host's waits the timeline recorded."""
+    per_gap = syncs / (tl.rest_gaps or 1.0)
+    waits = "%.1f µs idle each" % (gap_ns / 1e3) if gap_ns is not None else "long gaps"
+    ev = [*base, evidence("host waits for the GPU in the span", syncs, "", src),
+          evidence("host waits per idle gap", per_gap, "", src)]
+    if per_gap >= SYNCS_PER_GAP:
+        return {
+            "code": "sync_bound", "severity": "warning",
+            "title": "Sync-bound: the GPU is idle %.0f%% of the time after the host waits on "
+                     "it" % idle,
+            "detail": "the host waited for the GPU %d times (%.2f per idle gap, %s): each "
+                      "wait drains the GPU's queue, and the GPU then waits for the host's "
+                      "next work" % (syncs, per_gap, waits),
+            "remedies": ["remove host syncs from the loop: .item(), .cpu(), .tolist(), "
+                         "printing tensors, torch.cuda.synchronize(); keep values on the GPU",
+                         "check conditions on the GPU (torch.where) or every N steps",
+                         "use non_blocking copies into pinned memory and an event instead "
+                         "of a stream sync"],
+            "evidence": ev}
+    return {
+        "code": "host_bound", "severity": "warning",
+        "title": "Host-bound: the GPU is idle %.0f%% of the time between kernels" % idle,
+        "detail": "the GPU waits for the host (%s) but the host waited for the GPU only %d "
+                  "times (%.2f per idle gap): the host is busy elsewhere (Python, data "
+                  "loading, I/O)" % (waits, syncs, per_gap),
+        "remedies": ["overlap data loading with compute (DataLoader workers, pinned memory, "
+                     "non_blocking copies)",
+                     "profile the host: py-spy, or nsys with --trace=cuda,osrt,nvtx"],
+        "evidence": ev}
 
 
 def _transfers(memcpy: float, src: str) -> Dict[str, Any]:
