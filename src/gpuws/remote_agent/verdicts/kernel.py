@@ -12,6 +12,7 @@ Also here: Tier 3 checked against Tier 2 (:func:`coverage`).
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -289,9 +290,11 @@ def _during(value: Optional[float], share: Optional[float]) -> Optional[float]:
     window, and the rest of the window (Tier 1's L2 flushes and idle holds, a command's
     start-up) is idle for the tensor pipes and SMs. The flushes do move DRAM, so DRAM
     read this way is high by at most their share; Tier 1's own GB/s decides first."""
-    if value is None or share is None or share <= 0:
-        return value
-    return min(100.0, value * 100.0 / min(share, 100.0))
+    if value is None or not math.isfinite(value):
+        return None
+    if share is None or not 0 < share <= 100.0:
+        return value  # a share that is no share (0, negative, over 100, NaN) scales nothing
+    return max(0.0, min(100.0, value * 100.0 / share))
 
 
 def gpm_window(tier1_gpm: Optional[Dict[str, Any]], run_gpm: Optional[Dict[str, Any]],
