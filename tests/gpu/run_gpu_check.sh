@@ -47,7 +47,7 @@ fi
 declare -A RESULT
 run_tests() {
   local name limit
-  for spec in ${GPU_TESTS:-e2e:240 pinning:200 python:150 laptop_faces:120 fleet:120 gpm:150 workspace:240 watch:300 nsys:300}; do
+  for spec in ${GPU_TESTS:-e2e:240 pinning:200 python:150 laptop_faces:120 fleet:120 gpm:150 verdicts:240 workspace:240 watch:300 nsys:300}; do
     name=${spec%%:*}; limit=${spec##*:}
     if [ "$name" = nsys ] && [ -f .carry/nsys/nsys-min.tar.xz ]; then
       # Last: the tests before it expect the machine as lent (no nsys, torch.profiler).
