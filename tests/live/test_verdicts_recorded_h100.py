@@ -110,3 +110,18 @@ def test_the_tiny_grid_is_too_small_a_grid_with_the_sm_count() -> None:
              if isinstance(e, protocol.RunStarted) and e.gpu is not None else e
              for e in events]
     assert derive(inputs_from_events(newer)).kernels[0].bound == "small_grid"
+
+
+def test_the_runs_recorded_with_the_probe_s_sm_count() -> None:
+    """The decode and the tiny grid recorded again on 2026-11-25 by tests/gpu/
+    test_gpu_verdicts.py (H100, device tool), after the SM count became a metric Tier 3
+    reads: nothing set by hand this time. (The run's GPU record still has no SM count:
+    the worker lists GPUs before the probe that asks libcuda for it, so the count comes
+    from ncu's ``launch__sm_count`` here; the pod's own verdict has the probe's.)"""
+    got = inputs_from_events(events_of("tiny_grid_probe"))
+    assert got.sm_count is None
+    kernels = derive(got).kernels  # (Tier 3 alone: no program verdict)
+    assert kernels[0].bound == "small_grid"
+    assert "8 block(s) for 132 SMs" in kernels[0].sentence
+    decode, _ = verdicts_of("decode_probe")
+    assert decode.bound == "launch" and decode.summary.startswith("Launch-bound"), decode.summary

@@ -189,3 +189,31 @@ def test_hostile_gpm_figures_never_make_more_than_100_percent(bad: dict[str, Any
     for e in v["evidence"]:
         if "while the work ran" in e["name"]:
             assert e["value"] is None or 0.0 <= e["value"] <= 100.0, (bad, e)
+
+
+@pytest.mark.parametrize(("name", "bound", "words"), [
+    # builtin:gemm?dtype=bf16 with GPUWS_COUNTERS=blocked: Tier 1 784 TFLOP/s, 79% of the
+    # dense bf16 tensor peak; GPM over Tier 1's 0.1 s cold window read tensor 3.7% (26%
+    # divided by the 14% timed share): low, as the L2 flushes fill the window.
+    ("gemm_bf16_blocked", "compute_tensor", "only the tensor cores reach"),
+    # builtin:saxpy blocked: 3.1 TB/s, past the measured copy bandwidth.
+    ("saxpy_blocked", "dram", "DRAM bandwidth-bound"),
+])
+def test_real_h100_runs_with_counters_blocked(name: str, bound: str, words: str) -> None:
+    # Recorded 2026-11-25 by tests/gpu/test_gpu_verdicts.py on the H100 (device tool): the
+    # first recordings of Tier 1 *with* NVML GPM on its tier_finished. The kernel verdict is
+    # computed again from them as the pod computes it.
+    from gpuws.remote_agent.verdicts.kernel import gpm_window, kernel_verdict_without_counters
+
+    events = [json.loads(line) for line in
+              (FIXTURES / "verdict-h100" / f"{name}.ndjson").read_text().splitlines()
+              if line.startswith("{")]
+    assert any(e["type"] == "diagnosis" and e.get("code") == "counters_blocked"
+               for e in events)
+    tier1 = next(e for e in events if e["type"] == "tier1_result")
+    gpm1 = next(e for e in events if e["type"] == "tier_finished" and e["tier"] == 1)["gpm"]
+    assert gpm1["window_s"] > 0 and gpm1["source"] == "NVML GPM"
+    v = kernel_verdict_without_counters("k", tier1, None, gpm_window(gpm1, None))
+    assert v["bound"] == bound and words in v["sentence"], v["sentence"]
+    assert v["sources"][:2] == ["CUDA events", "NVML GPM"]
+    assert v["sentence"].endswith("without hardware counters)")

@@ -270,8 +270,15 @@ def kernel_verdict_without_counters(
     if static:
         ev.append(evidence("theoretical occupancy", theo, "%", "static analysis"))
         sources.append("static analysis")
+    # Tier 1's FLOP/s against a tensor-core peak (the datasheet's dense FP16/BF16, TF32 or
+    # FP8 figure): a kernel past BUSY_UNIT_PCT of that peak ran on the tensor cores, since
+    # the SMs' other pipes top out near a fifteenth of it (H100: 67 of 989 TFLOP/s). GPM's
+    # device average can read low over Tier 1's short cold window, where L2 flushes fill
+    # most of it (a bf16 GEMM at 79% of the tensor peak read tensor pipes 26% active).
+    tensor_peak = "tensor" in str((tier1 or {}).get("peak_source") or "").lower()
     bound, sentence = _bound_without_counters(bw, fl, dram_g, tensor_g, sm_g, theo,
-                                              (static or {}).get("limiter"), unused)
+                                              (static or {}).get("limiter"), unused,
+                                              tensor_peak)
     used = ", ".join(sources) if sources else "nothing"
     return {"kernel": kernel, "short_name": short_name(kernel), "launch": None,
             "bound": bound,
@@ -349,11 +356,15 @@ def _gpm_evidence(gpm: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 def _bound_without_counters(bw: Optional[float], fl: Optional[float], dram_g: Optional[float],
                             tensor_g: Optional[float], sm_g: Optional[float],
-                            theo: Optional[float], limiter: Any, unused: str = ""
-                            ) -> Tuple[str, str]:
+                            theo: Optional[float], limiter: Any, unused: str = "",
+                            tensor_peak: bool = False) -> Tuple[str, str]:
     tensor_said = "" if tensor_g is None else ", tensor pipes %.0f%% active (NVML GPM)" % tensor_g
     dram_said = "" if dram_g is None else ", DRAM bandwidth %.0f%% utilised (NVML GPM)" % dram_g
     if fl is not None and fl >= BUSY_UNIT_PCT and (bw is None or fl >= bw):
+        if tensor_peak:
+            return "compute_tensor", ("Compute-bound on the tensor cores: %.0f%% of the GPU's "
+                                      "peak tensor FLOP/s, which only the tensor cores reach%s"
+                                      % (fl, tensor_said))
         if tensor_g is not None and tensor_g >= TENSOR_BUSY_PCT:
             return "compute_tensor", ("Compute-bound on the tensor cores: %.0f%% of the GPU's "
                                       "peak FLOP/s%s" % (fl, tensor_said))
