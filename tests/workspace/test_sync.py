@@ -7,6 +7,7 @@ machine (each server's ``pod_cache``), so what the sync wrote is checked on disk
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -303,3 +304,21 @@ async def test_a_large_guess_asks_the_pod_first(tmp_path: Path,
     finally:
         await client.close()
     assert (fresh.blobs_sent, fresh.puts, fresh.written, applies[0]) == (1, 1, 1, 2)
+
+
+def test_sync_json_loads_nothing_it_does_not_use(tmp_path: Path) -> None:
+    """`gpuws sync --json` prints no Rich text, stores nothing and walks no .gitignore: it
+    must not pay for importing Rich, SQLite or pathspec at every start (a process, run
+    for real, against the local agent)."""
+    import subprocess
+    import sys
+
+    root = make_project(tmp_path / "proj")
+    code = ("import json, sys\nfrom gpuws.cli import main\n"
+            f"rc = main(['sync', 'local', '-W', {str(root)!r}, '--json'])\n"
+            "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'rich', 'textual', 'sqlite3', 'pathspec'})\n"
+            "sys.stderr.write(json.dumps([rc, heavy]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert json.loads(out.stderr.decode().splitlines()[-1]) == [0, []]
+    assert json.loads(out.stdout)["written"] == 43
