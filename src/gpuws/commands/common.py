@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..client import AgentClient
 from ..errors import UsageError
 from ..text.textsafe import visible_lines
-from ..transport import make_transport
+from ..transport import Transport, make_transport
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -34,11 +34,16 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
                         "when the server refuses exec")
 
 
-async def connect(args: argparse.Namespace) -> AgentClient:
-    transport = make_transport(args.host, config_file=args.ssh_config, port=args.port,
-                               user=args.user, accept_new=args.accept_new,
-                               pty=True if getattr(args, "pty", False) else None)
-    return await AgentClient.connect(transport, python=args.python)
+def transport_for(args: argparse.Namespace) -> Transport:
+    """The transport the connection arguments name (not connected: nothing is sent)."""
+    return make_transport(args.host, config_file=args.ssh_config, port=args.port,
+                          user=args.user, accept_new=args.accept_new,
+                          pty=True if getattr(args, "pty", False) else None)
+
+
+async def connect(args: argparse.Namespace, transport: Transport | None = None) -> AgentClient:
+    """Connect (``transport``, or the one the arguments name) and start the agent."""
+    return await AgentClient.connect(transport or transport_for(args), python=args.python)
 
 
 def console(stderr: bool = False, markup: bool = True) -> Console:

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 from ..text import humanfmt
 from ..text.textsafe import visible
 from ..workspace.code import CodeRecord
+from ..workspace.manifest import Manifest
 from ..workspace.sync import SyncResult, WorkspaceSync
-from .common import connect, console, print_json
+from .common import connect, console, print_json, transport_for
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -31,14 +32,21 @@ def sync_line(synced: SyncResult, code: CodeRecord) -> Text:
 
 async def sync(args: argparse.Namespace) -> int:
     workspace = WorkspaceSync(args.workspace)
-    # Refused (a link out of the tree, a file over its cap...) before anything connects.
-    manifest = await asyncio.to_thread(workspace.scan)
-    # What the printed line names (git's commit and changed files): asked of git while
-    # the pod is being reached, not after.
-    code = None if args.json else asyncio.create_task(asyncio.to_thread(workspace.code,
-                                                                        manifest))
+    # The scan and what connecting needs first (asyncssh's import, `ssh -G`: ~0.15 s of a
+    # ~0.7 s process) go side by side; nothing connects until the scan has passed, so a
+    # tree that is refused (a link out of it, a file over its cap...) reaches no pod.
+    scanning = asyncio.create_task(asyncio.to_thread(workspace.scan))
+    preparing = asyncio.create_task(asyncio.to_thread(transport_for, args))
+    await asyncio.wait((scanning, preparing))
+    preparing.exception()  # looked at here: should both have failed, the refusal is shown
+    manifest = scanning.result()
+    transport = preparing.result()
+    # What the printed line names (git's commit and changed files) is asked of git, and
+    # the printer imported, while the pod is reached: the loop only waits then.
+    code = None if args.json else asyncio.create_task(asyncio.to_thread(_for_people,
+                                                                        workspace, manifest))
     try:
-        client = await connect(args)
+        client = await connect(args, transport)
         try:
             synced = await workspace.sync(client, manifest)
         finally:
@@ -56,3 +64,10 @@ async def sync(args: argparse.Namespace) -> int:
     finally:
         if code is not None and not code.done():
             code.cancel()
+
+
+def _for_people(workspace: WorkspaceSync, manifest: Manifest) -> CodeRecord:
+    """The tree's code record, with Rich loaded for printing it (on a worker thread)."""
+    from . import safeconsole  # noqa: F401  (imported for what follows it)
+
+    return workspace.code(manifest)
