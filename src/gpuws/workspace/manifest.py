@@ -89,7 +89,7 @@ RACY_NS = 3_000_000_000
 #: The format of the persisted cache (:meth:`HashCache.save`); another one is ignored.
 CACHE_FORMAT = 1
 #: A persisted cache larger than this is ignored unread (5,000 entries of the bench's tree,
-#: whose absolute paths are ~80 bytes, took 0.97 MB: 20,000 such are ~4 MB).
+#: whose absolute paths are ~70 bytes, took 0.97 MB: 20,000 such are ~4 MB).
 MAX_CACHE_BYTES = 64 << 20
 
 _Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
