@@ -84,10 +84,12 @@ def test_the_cache_is_private(tmp_path: Path, settled: None) -> None:
 
 
 def test_a_hash_read_just_after_a_change_is_not_trusted_by_the_next_process(
-        tmp_path: Path, hashed: list[str]) -> None:
-    """With the default RACY_NS: files written a moment ago could change again within
-    the same clock tick, unseen by size, times and inode; the next process hashes them
-    again, and knows their contents only as contents (for what it sends unasked)."""
+        tmp_path: Path, hashed: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files changed within RACY_NS of being read could change again within the same
+    clock tick, unseen by size, times and inode; the next process hashes them again, and
+    knows their contents only as contents (for what it sends unasked). The window is
+    widened to a day here, so a slow machine cannot let the files age out of it."""
+    monkeypatch.setattr(manifest, "RACY_NS", 86_400 * 10 ** 9)
     root = make_tree(tmp_path / "proj", files=3)
     WorkspaceSync(root).scan()
     kept = json.loads(cache_file(root).read_bytes())
