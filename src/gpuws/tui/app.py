@@ -33,6 +33,7 @@ from ..live.storeio import StoreHandle
 from ..live.telemetry import TelemetryHistory
 from ..live.watchloop import WatchLoop
 from ..locations import gpuws_home
+from ..remote_agent.profilers.ncu_select import step_text
 from ..runspec import LaunchOptions
 from ..sessions.cost import Economics
 from ..text.textsafe import visible, visible_lines
@@ -556,7 +557,7 @@ class GpuwsApp(App[int]):
         body = Text("These commands run on the pod, then ncu is verified with --version "
                     "and a one-pass smoke profile:\n")
         for step in plan.install_plan or []:
-            body.append(f"\n$ {' '.join(step)}", "bold")
+            body.append("\n$ " + visible(step_text(step)), "bold")
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -576,7 +577,7 @@ class GpuwsApp(App[int]):
                             "is verified with --version and a smoke profile that must write "
                             "a report:\n"))
         for step in plan.install_plan or []:
-            body.append("\n$ " + visible(" ".join(step)), "bold")
+            body.append("\n$ " + visible(step_text(step)), "bold")
 
         def answered(yes: bool | None) -> None:
             if yes:

@@ -9,6 +9,7 @@ from textual.message import Message
 from textual.widgets import Button, Label, Static
 
 from .... import protocol
+from ....remote_agent.profilers.ncu_select import step_text
 from ....text.textsafe import visible
 
 
@@ -77,5 +78,5 @@ def render_nsys_plan(plan: protocol.NsysPlan) -> Text:
         text.append("\ninstall plan, " + visible(plan.install_how or "?")
                     + "; runs only when you confirm:", "bold")
         for step in plan.install_plan or []:
-            text.append("\n  $ " + visible(" ".join(step)), "dim")
+            text.append("\n  $ " + visible(step_text(step)), "dim")
     return text
