@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuws.cli import main
+from gpuws.sessions.store import Store
 from sshd import SshServer, carried_env, carried_sshd, find_sshd  # type: ignore[import-not-found]
 
 
@@ -78,6 +79,11 @@ def test_start_waits_for_ssh_and_stop_checks_it_stopped(
     assert main(["stop", "pod", "-F", ssh, "--wait", "30"]) == 0
     assert _pid(pod) is None
     assert "pod no longer answers" in capsys.readouterr().err
+    # Both are recorded, with their times, for the billed time (start to stop).
+    with Store() as store:
+        rows = store.host_actions("pod")
+    assert [(r.action, r.ok) for r in rows] == [("start", True), ("stop", True)]
+    assert rows[0].started <= rows[0].ended <= rows[1].started <= rows[1].ended
 
 
 def test_a_stop_that_did_not_stop_is_said(
@@ -93,6 +99,10 @@ def test_a_stop_that_did_not_stop_is_said(
     assert "gpuws: gpuws lease: the stop did not stop: pod still answers SSH" in err
     assert "waiting for pod to stop answering" in err  # the countdown was visible
     assert _pid(pod) is not None
+    with Store() as store:
+        stop_row = store.host_actions("pod")[-1]
+    assert stop_row.action == "stop" and not stop_row.ok
+    assert "the stop did not stop" in stop_row.detail
 
 
 def test_start_that_never_answers_fails_after_the_bound_with_a_countdown(
@@ -135,3 +145,20 @@ def test_missing_command_or_program_is_named(
     assert main(["start", "pod"]) == 1
     err = capsys.readouterr().err
     assert "start command for pod could not run: /nonexistent/runpodctl" in err
+
+
+def test_host_actions_refuse_nonsense_and_survive_a_reopen(tmp_path: Path) -> None:
+    from gpuws.errors import StoreError
+
+    path = tmp_path / "s.db"
+    with Store(path) as store:
+        with pytest.raises(StoreError, match="unknown host action 'reboot'"):
+            store.add_host_action("pod", "reboot", 1.0, 2.0, ok=True)
+        with pytest.raises(StoreError, match=r"ends .* before it starts"):
+            store.add_host_action("pod", "stop", 5.0, 4.0, ok=True)
+        store.add_host_action("pod", "start", 1.0, 2.0, ok=True)
+        store.add_host_action("other", "stop", 3.0, 4.0, ok=False, detail="x")
+    with Store(path) as store:
+        assert [(r.host, r.action, r.ok) for r in store.host_actions()] == [
+            ("pod", "start", True), ("other", "stop", False)]
+        assert [r.host for r in store.host_actions("other")] == ["other"]

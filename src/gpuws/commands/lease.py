@@ -16,10 +16,12 @@ import argparse
 import asyncio
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from ..config import host_config, load_config
 from ..errors import AuthError, ConnectError, GpuwsError, HostKeyError, UsageError
+from ..sessions.store import Store
 from ..transport import make_transport
 
 # One try at SSH may take this long before it counts as "not answering".
@@ -37,27 +39,53 @@ class LeaseError(GpuwsError):
 async def start(args: argparse.Namespace) -> int:
     """Run the host's ``start``, then wait for SSH to answer (bounded by ``--wait``)."""
     argv = _argv(args.host, "start")
+    with _recorded(args.host, "start"):
+        await _start(args, argv)
+    print(f"{args.host} answers", file=sys.stderr)
+    return 0
+
+
+async def _start(args: argparse.Namespace, argv: list[str]) -> None:
     await run_command(argv, "start", args.host, timeout_s=args.timeout)
     if not await wait_for(args, answering=True):
         raise LeaseError(f"{args.host} did not answer SSH within {args.wait:g} s of "
                          f"`{argv[0]}` starting it",
                          remedy=f"check the pod in the provider's console, or wait longer "
                                 f"with `gpuws start {args.host} --wait SECONDS`")
-    print(f"{args.host} answers", file=sys.stderr)
-    return 0
 
 
 async def stop(args: argparse.Namespace) -> int:
     """Run the host's ``stop``, then check it stops answering (bounded by ``--wait``)."""
     argv = _argv(args.host, "stop")
+    with _recorded(args.host, "stop"):
+        await _stop(args, argv)
+    print(f"{args.host} no longer answers", file=sys.stderr)
+    return 0
+
+
+async def _stop(args: argparse.Namespace, argv: list[str]) -> None:
     await run_command(argv, "stop", args.host, timeout_s=args.timeout)
     if not await wait_for(args, answering=False):
         raise LeaseError(f"the stop did not stop: {args.host} still answers SSH "
                          f"{args.wait:g} s after `{argv[0]}`",
                          remedy="it may still bill: stop it in the provider's console, "
                                 "and check the host's `stop` in the config")
-    print(f"{args.host} no longer answers", file=sys.stderr)
-    return 0
+
+
+@contextmanager
+def _recorded(host: str, action: str) -> Iterator[None]:
+    """Record the action in the store, whether it had its effect or not: a start that
+    failed half-way may still bill, and the export must not pretend otherwise."""
+    started = time.time()
+    try:
+        yield
+    except GpuwsError as exc:
+        with Store() as store:
+            store.add_host_action(host, action, started, time.time(), ok=False,
+                                  detail=exc.one_line())
+        raise
+    with Store() as store:
+        store.add_host_action(host, action, started, time.time(), ok=True)
 
 
 def _argv(host: str, which: str) -> list[str]:
