@@ -9,9 +9,10 @@ a rotating order so a noisy neighbour hurts every method alike:
   (``gpuws pull -F CONFIG pod RUN``): Python start, imports, SSH handshake, the pull, the
   store update (over SFTP no agent is started; without SFTP it is, for its ``cat``);
   compared with ``scp``'s whole process, as the goal is stated;
-- ``gpuws pull_one``: the product's path (``sessions.artifacts.pull_one``) over a link
-  already open: lock, ``.part`` file written and hashed as the bytes arrive in a writer
-  thread, fsync, store update, rename;
+- ``gpuws pull_run``: the product's path (``sessions.artifacts.pull_run``, as the engine
+  calls it after a run) over a link already open, for a run whose one artifact is this
+  file: lock, the local copy checked, ``.part`` file written and hashed as the bytes
+  arrive in a writer thread, fsync, store update, rename, the transfer phase recorded;
 - ``gpuws read_file + sha256``: the transport alone, streamed into a file and hashed as
   it arrives (what scp does, plus the hash);
 - ``scp`` (OpenSSH >= 9 speaks SFTP underneath), ``scp -O`` (the old scp protocol), and on
@@ -20,7 +21,7 @@ a rotating order so a noisy neighbour hurts every method alike:
   bytes as they arrive, no Python anywhere: what ``gpuws pull`` promises (a copy verified
   as it lands), done with C tools; scp itself hashes nothing.
 
-``pull_one`` and ``read_file`` pull over a connection that is already open (as after a
+``pull_run`` and ``read_file`` pull over a connection that is already open (as after a
 run); scp's wall time includes its own handshake, so ``ssh pod true`` is measured too and
 the table shows scp with that subtracted as well. The ``gpuws pull`` process is timed
 after one untimed call (on the server without SFTP it deploys the agent; scp has nothing
@@ -55,7 +56,7 @@ from _sshd import Pod, compile_gpuws, machine, median, running_pod
 from gpuws import protocol
 from gpuws.client import AgentClient
 from gpuws.locations import artifacts_dir
-from gpuws.sessions.artifacts import pull_one
+from gpuws.sessions.artifacts import pull_run
 from gpuws.sessions.store import Store
 from gpuws.transport.ssh import SSHTransport
 
@@ -98,13 +99,13 @@ class Side:
             sha256=sha))
         self.size, self.sha = size, sha
 
-    async def pull_one(self) -> float:
-        art = self.store.artifacts(self.run_id)[0]
+    async def pull_run(self) -> float:
         t0 = time.perf_counter()
-        result = await pull_one(self.client, self.store, self.session, art)
+        (result,) = await pull_run(self.client, self.store, self.session, self.run_id)
         elapsed = time.perf_counter() - t0
         if self.store.artifacts(self.run_id)[0].status != "pulled":
-            raise SystemExit("pull_one did not record the artifact as pulled")
+            raise SystemExit("pull_run did not record the artifact as pulled")
+        # The next pull finds the copy missing and fetches it again (refetched).
         result.local_path.unlink()
         return elapsed
 
@@ -217,7 +218,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         a.process()  # untimed: deploys the agent into the pod's cache
         b.process()
         add("sftp: gpuws pull (process)", a.process)
-        methods["sftp: gpuws pull_one"] = a.pull_one
+        methods["sftp: gpuws pull_run"] = a.pull_run
         methods["sftp: gpuws read_file + sha256"] = lambda: a.read_file(dest)
         methods["sftp: gpuws read_file"] = lambda: a.read_file(dest, digest=False)
         add("sftp: scp", lambda: timed(sftp_pod.scp_from(a.remote, str(dest)), dest, size))
@@ -227,7 +228,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             add("sftp: ssh cat | tee | openssl sha256",
                 lambda: timed_hashing_pipeline(sftp_pod, a.remote, dest, sha))
         add("exec: gpuws pull (process)", b.process)
-        methods["exec: gpuws pull_one"] = b.pull_one
+        methods["exec: gpuws pull_run"] = b.pull_run
         methods["exec: gpuws read_file + sha256"] = lambda: b.read_file(dest)
         add("exec: scp -O", lambda: timed(exec_pod.scp_from(b.remote, str(dest), "-O"), dest,
                                           size))
@@ -262,14 +263,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "sftp read_file+sha256 / scp": ratio("sftp: gpuws read_file + sha256", "sftp: scp"),
         "sftp read_file+sha256 / scp (minus handshake)": ratio(
             "sftp: gpuws read_file + sha256", "sftp: scp", shakes["sftp"]),
-        "sftp pull_one / scp": ratio("sftp: gpuws pull_one", "sftp: scp"),
-        "sftp pull_one / scp (minus handshake)": ratio("sftp: gpuws pull_one", "sftp: scp",
+        "sftp pull_run / scp": ratio("sftp: gpuws pull_run", "sftp: scp"),
+        "sftp pull_run / scp (minus handshake)": ratio("sftp: gpuws pull_run", "sftp: scp",
                                                        shakes["sftp"]),
         "exec read_file+sha256 / scp -O": ratio("exec: gpuws read_file + sha256",
                                                 "exec: scp -O"),
         "exec read_file+sha256 / scp -O (minus handshake)": ratio(
             "exec: gpuws read_file + sha256", "exec: scp -O", shakes["exec"]),
-        "exec pull_one / scp -O": ratio("exec: gpuws pull_one", "exec: scp -O"),
+        "exec pull_run / scp -O": ratio("exec: gpuws pull_run", "exec: scp -O"),
         "exec read_file+sha256 / sftp read_file+sha256": ratio(
             "exec: gpuws read_file + sha256", "sftp: gpuws read_file + sha256"),
     }

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import shutil
 import subprocess
 import sys
+import tokenize
 import zipfile
 from pathlib import Path
 
@@ -48,7 +51,49 @@ def test_agent_bundle_runs_on_the_bare_standard_library(tmp_path: Path) -> None:
 def test_bundle_is_deterministic_and_small() -> None:
     deploy.build_bundle.cache_clear()
     a = deploy.build_bundle()
+    shutil.rmtree(deploy._bundle_dir())  # made again, not read back
     deploy.build_bundle.cache_clear()
     b = deploy.build_bundle()
     assert a.data == b.data and a.sha256 == b.sha256
     assert a.size <= 200_000
+
+
+def _code_tokens(source: bytes) -> list[tuple[int, str, tuple[int, int]]]:
+    """Every token but comments, blank lines and line ends (a line's end moves where a
+    comment or a docstring before it went; the next token's place still says the line)."""
+    return [(t.type, t.string, t.start) for t in tokenize.tokenize(io.BytesIO(source).readline)
+            if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE)]
+
+
+def test_the_bundle_carries_every_line_of_code_where_it_was() -> None:
+    """Comments and docstrings stay home; every other token keeps its line and column,
+    so a traceback from the pod names the source's line."""
+    src = Path(deploy.__file__).parent
+    paths = sorted([*(src / "remote_agent").rglob("*.py"), *(src / "kernels").rglob("*.py")])
+    stripped = 0
+    for path in paths:
+        raw = path.read_bytes()
+        lean = deploy.lean_source(raw)
+        compile(lean, str(path), "exec")
+        before, after = _code_tokens(raw), _code_tokens(lean)
+        assert len(before) == len(after), path
+        for b, a in zip(before, after, strict=True):
+            if b != a:  # only a docstring (a string alone as a statement) became ""
+                assert (a[0], a[1], a[2]) == (tokenize.STRING, '""', b[2]), (path, b, a)
+                stripped += 1
+        assert lean.count(b"\n") == raw.count(b"\n"), path
+        assert not [t for t in tokenize.tokenize(io.BytesIO(lean).readline)
+                    if t.type == tokenize.COMMENT], path
+    assert stripped > 100  # the docstrings went
+
+
+def test_a_damaged_kept_bundle_is_made_again() -> None:
+    deploy.build_bundle.cache_clear()
+    good = deploy.build_bundle()
+    (kept,) = deploy._bundle_dir().glob("*.pyz")
+    kept.write_bytes(good.data[:1000])  # cut short (a full disk, a crash mid-write)
+    deploy.build_bundle.cache_clear()
+    again = deploy.build_bundle()
+    assert again == good
+    deploy.build_bundle.cache_clear()
+    assert deploy.build_bundle() == good and kept.read_bytes() == good.data

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuws import protocol
-from gpuws.framing import LineBuffer, decode_block, read_event_batches, read_events
+from gpuws.framing import LineBuffer, decode_block, read_event_batches
 
 RECORDED = Path(__file__).parent / "fixtures" / "recorded" / "saxpy_h200.ndjson"
 
@@ -117,11 +117,8 @@ def test_any_mix_of_frames_and_garbage_decodes_as_line_by_line(parts: list[bytes
 
 @given(st.lists(frames, max_size=25), st.integers(1, 97))
 @settings(max_examples=100, deadline=None)
-def test_read_events_is_the_batches_flattened(parts: list[bytes], chunk: int) -> None:
+def test_the_batches_flattened_are_the_lines_decoded_alone(parts: list[bytes],
+                                                           chunk: int) -> None:
     data = b"".join(parts)
-
-    async def flat() -> list[protocol.Events | protocol.BadLine]:
-        return [e async for e in read_events(Chunks(data, chunk))]
-    assert asyncio.run(flat()) == [e for b in batches(data, chunk) for e in b]
-    assert asyncio.run(flat()) == line_by_line(data if data.endswith(b"\n") or not data
-                                               else data + b"\n")
+    flat = [e for b in batches(data, chunk) for e in b]
+    assert flat == line_by_line(data if data.endswith(b"\n") or not data else data + b"\n")

@@ -138,6 +138,10 @@ def make_parser() -> argparse.ArgumentParser:
     add_run_args(p)
     p.add_argument("--debounce-ms", type=int, default=300,
                    help="saves within this many ms make one iteration (default 300)")
+    p.add_argument("--no-fork-server", dest="fork_server", action="store_false",
+                   help="start each Tier-1 child as a fresh interpreter and probe the pod "
+                        "for each run (by default the pod forks the child from a parent "
+                        "that imported CuPy/torch/Triton once, and is probed once)")
     p.set_defaults(func=_lazy("watch", "watch"), tiers="1")
 
     p = sub.add_parser("sync", help="bring a project directory to the pod (only changed files "

@@ -92,48 +92,43 @@ def decode_block(block: bytes) -> list[Events | BadLine]:
     return out
 
 
-async def read_lines(reader: ByteReader, initial: bytes = b"",
-                     max_line: int = MAX_LINE) -> AsyncIterator[bytes | BadLine]:
-    """Yield each complete line (without newline), or a BadLine for an oversized one.
+def _decode_bounded(whole: bytes, max_line: int) -> list[Events | BadLine]:
+    """``decode_block``, except that a line over ``max_line`` is reported, not decoded.
 
-    A line longer than ``max_line`` is skipped up to its newline; the stream then goes on
-    with the next line, so one bad frame never ends a session.
+    Such a line got past the buffer when its newline came in the read that took it over
+    the limit (the buffer skips only a line still open past it); ``decode_event`` bounds
+    lines by the protocol's limit, not by ``max_line``.
     """
-    lines = LineBuffer(initial, max_line)
-    while True:
-        bad, whole = lines.take()
-        if bad is not None:
-            yield bad
-        for line in whole.split(b"\n")[:-1]:
-            if len(line) > max_line:
-                # Its newline came in the same read that took it over the limit, so the
-                # buffer never had to skip it: still too long, still reported.
-                yield BadLine(f"line of {len(line)} bytes exceeds the {max_line}-byte limit",
-                              "", len(line))
-            else:
-                yield line.rstrip(b"\r")
-        chunk = await reader.read(_READ)
-        if not chunk:
-            rest = lines.rest()
-            if rest:
-                yield rest  # a last line without newline (truncated stream)
-            return
-        lines.feed(chunk)
+    if len(whole) <= max_line:
+        return decode_block(whole)
+    out: list[Events | BadLine] = []
+    pending: list[bytes] = []  # lines within the limit, decoded together
+    for line in whole.split(b"\n")[:-1]:
+        if len(line) <= max_line:
+            pending.append(line + b"\n")
+            continue
+        out += decode_block(b"".join(pending))
+        pending = []
+        out.append(BadLine(f"line of {len(line)} bytes exceeds the {max_line}-byte limit",
+                           "", len(line)))
+    return out + decode_block(b"".join(pending))
 
 
 async def read_event_batches(reader: ByteReader, initial: bytes = b"",
                              max_line: int = MAX_LINE) -> AsyncIterator[list[Events | BadLine]]:
     """Decode the stream a read at a time: one list of events (or BadLines) per chunk.
 
-    The same events, in the same order, as ``read_events``; a fast reader (the laptop
-    replaying a long run) pays the per-line Python overhead once per chunk instead.
+    The events, in order, that decoding each line alone gives (``decode_event``); a line
+    over ``max_line`` is a ``BadLine`` in its place and the stream goes on. A fast reader
+    (the laptop replaying a long run) pays the per-line Python overhead once per chunk.
+    This is the reader of the agent's stream (``client.AgentClient``).
     """
     lines = LineBuffer(initial, max_line)
     while True:
         bad, whole = lines.take()
         batch: list[Events | BadLine] = [] if bad is None else [bad]
         if whole:
-            batch += decode_block(whole)
+            batch += _decode_bounded(whole, max_line)
         if batch:
             yield batch
         chunk = await reader.read(_READ)
@@ -143,10 +138,3 @@ async def read_event_batches(reader: ByteReader, initial: bytes = b"",
                 yield [decode_event(rest)]
             return
         lines.feed(chunk)
-
-
-async def read_events(reader: ByteReader, initial: bytes = b"") -> AsyncIterator[Events | BadLine]:
-    """Decode each line into an event; undecodable lines come out as BadLine."""
-    async for batch in read_event_batches(reader, initial):
-        for event in batch:
-            yield event

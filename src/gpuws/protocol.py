@@ -94,6 +94,11 @@ class RunSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: Tier 3's time budget: a plan estimated to take longer (:class:`Tier3Estimate`) is
     #: stopped before ncu starts, with a cheaper plan named. None: no budget.
     max_tier3_s: float | None = None
+    #: One of the connection's held loop (``gpuws watch``): the Tier-1 child is forked
+    #: from a parent that imported CuPy, torch and Triton once (never CUDA) and lives as
+    #: long as the connection, and the pod is probed once for all such runs: seconds less
+    #: per iteration. False: a fresh interpreter per child, a fresh probe per run.
+    fork_server: bool = False
 
     def timing_mode(self) -> str:
         """Tier 1's mode: ``timing``, or what a spec stored before it meant."""
@@ -840,7 +845,6 @@ class BadLine(msgspec.Struct, frozen=True):
 
 
 _event_decoder: msgspec.json.Decoder[Events] = msgspec.json.Decoder(Events)
-_request_decoder: msgspec.json.Decoder[Requests] = msgspec.json.Decoder(Requests)
 _encoder = msgspec.json.Encoder()
 
 
@@ -864,11 +868,6 @@ def decode_event(line: bytes) -> Events | BadLine:
         reason = ("nested too deeply to decode" if isinstance(exc, RecursionError)
                   else f"not valid UTF-8: {exc}")
         return BadLine(reason, _preview(line), len(line))
-
-
-def decode_request(line: bytes) -> Requests:
-    """Decode one request (used by tests; the agent parses requests by hand)."""
-    return _request_decoder.decode(line)
 
 
 def _preview(line: bytes, limit: int = 120) -> str:

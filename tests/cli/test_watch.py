@@ -19,6 +19,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from gpuws.commands.watch import Iteration, change_text, line, verdict_word
 from gpuws.sessions.compare import compare_samples
 from gpuws.sessions.store import Store
@@ -58,13 +60,22 @@ class Lines:
         raise AssertionError(f"no {what} within {timeout} s; saw: {self.seen}")
 
 
-def test_each_save_is_a_run_and_a_line_and_ctrl_c_ends_with_the_table(tmp_path: Path) -> None:
+def target(how: str, request: pytest.FixtureRequest) -> list[str]:
+    """The pod on the command line: the embedded one, or the real sshd fixture."""
+    if how == "local":
+        return ["local"]
+    return ["pod", "-F", str(request.getfixturevalue("ssh_config"))]
+
+
+@pytest.mark.parametrize("how", ["local", "ssh"])
+def test_each_save_is_a_run_and_a_line_and_ctrl_c_ends_with_the_table(
+        tmp_path: Path, how: str, request: pytest.FixtureRequest) -> None:
     root = tmp_path / "proj"
     (root / "mykern").mkdir(parents=True)
     init = root / "mykern" / "__init__.py"
     init.write_text("V = 1\n")
-    argv = [sys.executable, "-m", "gpuws", "watch", "local", "-W", str(root), "-w", PROG,
-            "--debounce-ms", "100"]
+    argv = [sys.executable, "-m", "gpuws", "watch", *target(how, request), "-W", str(root),
+            "-w", PROG, "--debounce-ms", "100"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ), stdin=subprocess.DEVNULL,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -97,6 +108,44 @@ def test_each_save_is_a_run_and_a_line_and_ctrl_c_ends_with_the_table(tmp_path: 
             "ok", "ok", "failed", "ok"]
         codes = [store.code(r.run_id) for r in runs]
         assert len({c.tree_sha256 for c in codes if c is not None}) == 4  # each its code
+        # Every iteration is one of the held session's (its pod probed once).
+        assert all(r.spec is not None and r.spec.fork_server for r in runs)
+
+
+def test_a_file_workload_is_watched_in_its_folder_and_forks_its_tier1_child(
+        tmp_path: Path) -> None:
+    """Without -W: the file's folder is watched, the file travels in each run's spec, and
+    each run asks the pod for the fork server (--no-fork-server opts out). No GPU here:
+    each iteration prints the pod's one-line refusal and the loop waits for the next
+    save (tests/gpu/test_gpu_watch.py measures the same loop on a GPU)."""
+    bench = tmp_path / "bench.py"
+    bench.write_text("def run():\n    pass\n")
+    for fork in (True, False):
+        argv = [sys.executable, "-m", "gpuws", "watch", "local", "-w", f"file:{bench}",
+                "--debounce-ms", "100", *([] if fork else ["--no-fork-server"])]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, stdin=subprocess.DEVNULL,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                                 signal.SIG_DFL))
+        lines = Lines(proc)
+        try:
+            first = lines.until(lambda s: s.startswith("#1"), "the first iteration")
+            assert "failed" in first and "GPU" in first
+            bench.write_text("def run():\n    return 1\n")
+            second = lines.until(lambda s: s.startswith("#2"), "the save's iteration")
+            assert "bench.py" in second
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0
+        assert "watch: the iterations" in lines.rest()
+    with Store() as store:
+        sessions = sorted(store.sessions(), key=lambda s: s.started)
+        forks = [[r.spec is not None and r.spec.fork_server for r in store.runs(s.id)]
+                 for s in sessions]
+    assert forks == [[True, True], [False, False]]
 
 
 def test_watch_refuses_what_it_cannot_watch(tmp_path: Path) -> None:

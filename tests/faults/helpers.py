@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import time
 from pathlib import Path
@@ -83,3 +84,49 @@ def pod_log(pod_cache: Path, run_id: str) -> list[bytes]:
     data = (pod_cache / "runs" / run_id / "events.ndjson").read_bytes()
     assert data == b"" or data.endswith(b"\n"), "the pod's log ends in a torn line"
     return data.splitlines()
+
+
+# ------------------------------------------------------------------ figures, computed
+#: How every Python traceback starts: in a pod log or on a stderr, one is a crash.
+TRACEBACK = "Traceback (most recent call last)"
+
+
+def tracebacks(*texts: str) -> int:
+    """Python tracebacks in ``texts`` (a worker.log, the agent's stderr, the CLI's)."""
+    return sum(text.count(TRACEBACK) for text in texts)
+
+
+def catch_loop_errors(into: list[dict[str, object]] | None = None
+                      ) -> list[dict[str, object]]:
+    """What the running loop reports as unhandled (a task's exception nobody took, a
+    callback that raised): collected in ``into`` (or a new list) instead of logged, so a
+    test can count them."""
+    errors: list[dict[str, object]] = [] if into is None else into
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+    return errors
+
+
+class Comparison:
+    """The store's events of a run against the pod's own log, event by event.
+
+    ``lost``: events of the pod's log the store lacks or holds with other contents;
+    ``duplicated``: seqs the store holds more than once; ``out_of_order``: stored events
+    whose seq does not follow the one before; ``torn``: lines of the pod's log that are not
+    a whole event (a torn write), its last line without a newline included.
+    """
+
+    def __init__(self, pod_cache: Path, run_id: str, stored: list[protocol.Events]) -> None:
+        data = (pod_cache / "runs" / run_id / "events.ndjson").read_bytes()
+        lines = data.splitlines()
+        decoded = [protocol.decode_event(line) for line in lines]
+        self.torn = sum(isinstance(e, protocol.BadLine) for e in decoded)
+        self.torn += bool(data) and not data.endswith(b"\n")
+        self.pod: list[protocol.Events] = [e for e in decoded
+                                           if not isinstance(e, protocol.BadLine)]
+        seqs = [e.seq for e in stored]
+        self.duplicated = len(seqs) - len(set(seqs))
+        self.out_of_order = sum(1 for a, b in itertools.pairwise(seqs)
+                                if a is None or b is None or b <= a)
+        by_seq = {e.seq: e for e in stored}
+        self.lost = sum(1 for e in self.pod if by_seq.get(e.seq) != e)
+        self.events = len(lines)

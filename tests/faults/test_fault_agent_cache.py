@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from faults.figures import record  # type: ignore[import-not-found]
+from faults.helpers import tracebacks  # type: ignore[import-not-found]
 from gpuws import deploy
 from gpuws.client import AgentClient
 from gpuws.errors import DeployError
@@ -63,6 +64,7 @@ def test_stale_or_corrupt_cache_is_never_run(sshd: SshServer, ssh_config: Path,
             bundle.data[:1000]),
     }
     states: dict[str, str] = {}
+    serve_said: list[str] = []
 
     async def connect() -> str:
         client = await AgentClient.connect(SSHTransport("pod", config_file=str(ssh_config)))
@@ -71,29 +73,43 @@ def test_stale_or_corrupt_cache_is_never_run(sshd: SshServer, ssh_config: Path,
             await client.ping()
             return client.deploy.cache_state
         finally:
+            serve_said.extend(client.stderr_tail)
             await client.close()
 
     t0 = time.monotonic()
+    repaired = foreign_runs = 0
     for name, harm in damage.items():
         sshd.reset_pod()
         agent_dir.mkdir(mode=0o700)
         harm()
         states[name] = asyncio.run(connect())
+        foreign_runs += marker.exists()
         assert cached.read_bytes() == bundle.data, name
         assert oct(cached.stat().st_mode & 0o777) == "0o600"
         assert not marker.exists(), f"{name}: a bundle that is not ours was executed"
-        assert asyncio.run(connect()) == "cached"  # repaired once, then reused
+        reused = asyncio.run(connect())
+        # Repaired: the cache holds exactly our bundle, private, and the next connect
+        # reuses it.
+        repaired += (cached.read_bytes() == bundle.data and reused == "cached"
+                     and cached.stat().st_mode & 0o777 == 0o600)
+        assert reused == "cached"  # repaired once, then reused
     assert states == {"truncated": "corrupt", "empty": "corrupt", "garbage": "corrupt",
                       "planted_build": "corrupt", "stale_name": "need",
                       "crashed_upload": "need"}
     # A directory where the bundle should be cannot be repaired: one clear error.
     sshd.reset_pod()
     cached.mkdir(parents=True)
-    with pytest.raises(DeployError, match="Is a directory"):
+    with pytest.raises(DeployError, match="Is a directory") as refused:
         asyncio.run(connect())
+    reported = int("Is a directory" in refused.value.message
+                   and "\n" not in refused.value.message)
+    foreign_runs += marker.exists()
+    # A crash: a traceback on the agent's stderr, in any of the connects above.
+    crashes = tracebacks(*serve_said)
+    assert (repaired, reported, foreign_runs, crashes) == (len(damage), 1, 0, 0)
     record("agent_cache_damage", trials=len(damage) + 1, faults=len(damage) + 1,
-           repaired=len(damage), reported_clearly=1, foreign_code_run=0, crashes=0,
-           seconds=round(time.monotonic() - t0, 1))
+           repaired=repaired, reported_clearly=reported, foreign_code_run=foreign_runs,
+           crashes=crashes, seconds=round(time.monotonic() - t0, 1))
 
 
 def test_laptops_deploying_at_once_share_one_cache(sshd: SshServer, ssh_config: Path) -> None:
@@ -120,17 +136,23 @@ def test_laptops_deploying_at_once_share_one_cache(sshd: SshServer, ssh_config: 
         return sent
 
     t0 = time.monotonic()
+    corrupted = temp_left = 0
     for _ in range(ROUNDS):
         sshd.reset_pod()  # an empty cache each round
         uploads += asyncio.run(round_())
         files = sorted(p.name for p in (sshd.pod_cache / "agent").iterdir())
+        ours = sshd.pod_cache / "agent" / f"{bundle.sha256}.pyz"
+        temp_left += len([f for f in files if f != ours.name])
+        corrupted += not ours.exists() or ours.read_bytes() != bundle.data
         assert files == [f"{bundle.sha256}.pyz"], files  # no temp file left behind
         assert (sshd.pod_cache / "agent" / files[0]).read_bytes() == bundle.data
     assert failures == []
     assert uploads >= ROUNDS  # somebody uploaded each time; the others may have reused it
+    assert (corrupted, temp_left) == (0, 0)
     record("concurrent_laptops", trials=ROUNDS, laptops=LAPTOPS,
            connects=ROUNDS * LAPTOPS, uploads=uploads, failures=len(failures),
-           cache_corrupted=0, seconds=round(time.monotonic() - t0, 1))
+           cache_corrupted=corrupted, temp_files_left=temp_left,
+           seconds=round(time.monotonic() - t0, 1))
 
 
 def test_many_bootstraps_racing_on_a_missing_cache_dir(tmp_path: Path) -> None:

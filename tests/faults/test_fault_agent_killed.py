@@ -24,10 +24,13 @@ from pathlib import Path
 
 from faults.figures import record  # type: ignore[import-not-found]
 from faults.helpers import (  # type: ignore[import-not-found]
+    Comparison,
     Recorder,
     alive,
+    catch_loop_errors,
     pod_log,
     ticker_spec,
+    tracebacks,
 )
 from gpuws import protocol
 from gpuws.client import AgentClient
@@ -53,8 +56,10 @@ def test_serve_killed_is_reported_and_the_run_resumes(ssh_config: Path, sshd: Ss
     stop_file = sshd.pod_cache / f"stop-{uuid.uuid4().hex}"
     notices: list[Notice] = []
     printed: list[protocol.Events] = []
+    loop_errors: list[dict[str, object]] = []
 
     async def go() -> tuple[str, protocol.RunFinished]:
+        catch_loop_errors(loop_errors)
         engine = Engine(StoreHandle(), on_notice=notices.append,
                         on_batch=lambda b: printed.extend(b.events),
                         reconnect=ReconnectPolicy(first_s=0.2, max_s=1.0, give_up_s=20))
@@ -89,19 +94,26 @@ def test_serve_killed_is_reported_and_the_run_resumes(ssh_config: Path, sshd: Ss
     assert len(lost) == SERVE_KILLS
     for n in lost:  # one clear line each: what happened, and that the run goes on
         assert "dropped" in n.message and "runs on the pod go on" in n.message
+    reported = sum("dropped" in n.message and "runs on the pod go on" in n.message
+                   and "\n" not in n.message for n in lost)
     assert all(f"resumed {run_id} from event" in n.message
                for n in notices if n.kind == "reconnected")
     pod = [protocol.decode_event(line) for line in pod_log(sshd.pod_cache, run_id)]
     with Store() as store:
+        seen = Comparison(sshd.pod_cache, run_id, store.events(run_id))
         assert store.events(run_id) == pod  # every event, exactly once
         assert store.run(run_id).status == "ok"
         (session,) = store.sessions()
         assert session.ended is not None  # one session across the reconnects, ended
     # What the face was given: every event, in order, none twice.
     assert sorted({e.seq for e in printed if e.run_id == run_id}) == list(range(len(pod)))
-    record("serve_killed", trials=SERVE_KILLS, faults=SERVE_KILLS, events=len(pod),
-           lost=0, reported_clearly=len(lost), crashes=0,
-           seconds=round(time.monotonic() - t0, 1))
+    # A crash: an exception the laptop's loop was left with (the killed serves had no
+    # time to write one).
+    crashes = len(loop_errors)
+    assert (seen.lost, seen.duplicated, reported, crashes) == (0, 0, SERVE_KILLS, 0)
+    record("serve_killed", trials=SERVE_KILLS, faults=SERVE_KILLS, events=seen.events,
+           lost=seen.lost, duplicated=seen.duplicated, reported_clearly=reported,
+           crashes=crashes, seconds=round(time.monotonic() - t0, 1))
 
 
 def test_worker_killed_ends_the_run_failed_and_keeps_what_was_recorded(
@@ -111,8 +123,11 @@ def test_worker_killed_ends_the_run_failed_and_keeps_what_was_recorded(
     sid = store.open_session("pod", "ssh", None, 1.0)
     rec = Recorder(store, sid)
     outcomes: list[protocol.RunFinished] = []
+    crashes = 0
 
     async def go() -> list[str]:
+        nonlocal crashes
+        loop_errors = catch_loop_errors()
         client = await connect(ssh_config)
         client.add_listener(rec)
         run_ids = []
@@ -132,22 +147,30 @@ def test_worker_killed_ends_the_run_failed_and_keeps_what_was_recorded(
             outcomes.append(fin)
             assert len(rec.seqs(run_id)) > before  # the laptop learnt it, promptly
         assert (await client.ping()) < 5  # serve is fine
+        crashes = tracebacks("\n".join(client.stderr_tail))
         await client.close()
+        crashes += len(loop_errors)
         return run_ids
 
     t0 = time.monotonic()
     run_ids = asyncio.run(go())
+    lost = duplicated = ended_failed = events = 0
     for run_id, fin in zip(run_ids, outcomes, strict=True):
         assert fin.status == "failed"
         assert "worker process died" in (fin.error or "")
+        ended_failed += "worker process died" in (fin.error or "")
         pod = [protocol.decode_event(line) for line in pod_log(sshd.pod_cache, run_id)]
+        seen = Comparison(sshd.pod_cache, run_id, store.events(run_id))
+        lost, duplicated = lost + seen.lost, duplicated + seen.duplicated
+        events += seen.events
         assert store.events(run_id) == pod  # nothing recorded before the kill is missing
         assert rec.seqs(run_id) == list(range(len(pod)))
         assert store.run(run_id).status == "failed"
     store.close()
-    record("worker_killed", trials=WORKER_KILLS, faults=WORKER_KILLS,
-           runs_ended_failed=len(outcomes), lost=0, crashes=0,
-           seconds=round(time.monotonic() - t0, 1))
+    assert (lost, duplicated, ended_failed, crashes) == (0, 0, WORKER_KILLS, 0)
+    record("worker_killed", trials=WORKER_KILLS, faults=WORKER_KILLS, events=events,
+           runs_ended_failed=ended_failed, lost=lost, duplicated=duplicated,
+           crashes=crashes, seconds=round(time.monotonic() - t0, 1))
 
 
 def test_a_run_gone_after_the_reconnect_ends_its_wait_with_the_reason(

@@ -11,6 +11,7 @@ the pod's own ``events.ndjson``, read directly from disk.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import random
 import signal
@@ -19,7 +20,13 @@ import uuid
 from pathlib import Path
 
 from faults.figures import record  # type: ignore[import-not-found]
-from faults.helpers import child_pids, ticker_spec  # type: ignore[import-not-found]
+from faults.helpers import (  # type: ignore[import-not-found]
+    Comparison,
+    catch_loop_errors,
+    child_pids,
+    ticker_spec,
+    tracebacks,
+)
 from gpuws import protocol
 from gpuws.client import AgentClient
 from gpuws.sessions.store import Store
@@ -52,6 +59,8 @@ def test_link_dropped_mid_run_loses_and_duplicates_nothing(ssh_config: Path,
     torn: list[protocol.BadLine] = []
     methods = {"tcp_abort": 0, "sshd_kill": 0}
     statuses: list[str] = []
+    loop_errors: list[dict[str, object]] = []
+    serve_said: list[str] = []
 
     def on_event(ev: protocol.Events | protocol.BadLine) -> None:
         if isinstance(ev, protocol.Event) and ev.run_id is not None and ev.seq is not None:
@@ -64,6 +73,7 @@ def test_link_dropped_mid_run_loses_and_duplicates_nothing(ssh_config: Path,
         return client
 
     async def go() -> str:
+        catch_loop_errors(loop_errors)
         client = await connect()
         run_id = (await client.start_run(ticker_spec(stop_file))).run_id
         for trial in range(DROPS):
@@ -78,6 +88,7 @@ def test_link_dropped_mid_run_loses_and_duplicates_nothing(ssh_config: Path,
                 assert kill_server_sessions(sshd) >= 1
             await asyncio.wait_for(client.wait_closed(), 10)
             torn.extend(client.bad_lines)
+            serve_said.extend(client.stderr_tail)
             await client.close()
             client = await connect()
             info = await client.attach(run_id, from_seq=store.last_seq(run_id) + 1)
@@ -88,6 +99,7 @@ def test_link_dropped_mid_run_loses_and_duplicates_nothing(ssh_config: Path,
             assert time.monotonic() < deadline, "the run did not finish"
             await asyncio.sleep(0.05)
         assert client.bad_lines == []  # the one link never cut saw no torn frame
+        serve_said.extend(client.stderr_tail)
         await client.close()
         return run_id
 
@@ -101,6 +113,8 @@ def test_link_dropped_mid_run_loses_and_duplicates_nothing(ssh_config: Path,
     worker_log = (sshd.pod_cache / "runs" / run_id / "worker.log").read_text()
     lost = len(set(range(len(pod_lines))) - set(received))
     duplicated = len(received) - len(set(received))
+    seen = Comparison(sshd.pod_cache, run_id, stored)
+    out_of_order = sum(1 for a, b in itertools.pairwise(received) if b <= a)
     # Every drop really was mid-run: the run was still going at each re-attach.
     assert statuses == ["running"] * DROPS
     assert received == list(range(len(pod_lines)))  # exactly once, in order
@@ -111,7 +125,13 @@ def test_link_dropped_mid_run_loses_and_duplicates_nothing(ssh_config: Path,
     assert store.run(run_id).status == "ok"
     assert worker_log == ""
     store.close()
+    running = statuses.count("running")
+    # A crash: a traceback from the worker or any serve, or an exception the laptop's
+    # loop was left with.
+    crashes = tracebacks(worker_log, *serve_said) + len(loop_errors)
+    assert (lost, duplicated, out_of_order, seen.lost, crashes) == (0, 0, 0, 0, 0)
     record("link_drop", trials=DROPS, faults=DROPS, tcp_abort=methods["tcp_abort"],
            sshd_kill=methods["sshd_kill"], events=len(pod_lines), lost=lost,
-           duplicated=duplicated, torn_frames_reported=len(torn), crashes=0,
-           seconds=round(elapsed, 1))
+           duplicated=duplicated, out_of_order=out_of_order, store_lost=seen.lost,
+           running_at_reattach=running, final_status=stored[-1].status,
+           torn_frames_reported=len(torn), crashes=crashes, seconds=round(elapsed, 1))

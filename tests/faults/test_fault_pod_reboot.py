@@ -20,7 +20,12 @@ from pathlib import Path
 import pytest
 
 from faults.figures import record  # type: ignore[import-not-found]
-from faults.helpers import Recorder, alive, ticker_spec  # type: ignore[import-not-found]
+from faults.helpers import (  # type: ignore[import-not-found]
+    Recorder,
+    alive,
+    ticker_spec,
+    tracebacks,
+)
 from gpuws import protocol
 from gpuws.cli import main
 from gpuws.client import AgentClient
@@ -37,6 +42,7 @@ def test_pod_reboot_is_reported_and_the_store_keeps_its_record(
     t0 = time.monotonic()
     lost_events = 0
     reported = 0
+    crashes = 0
     with Store() as store:
         sid = store.open_session("pod", "ssh", None, 2.0)
     for trial in range(REBOOTS):
@@ -73,7 +79,11 @@ def test_pod_reboot_is_reported_and_the_store_keeps_its_record(
         assert len(lines) == 1, err
         assert "No such run" in lines[0] and run_id in lines[0]
         assert "does not exist on this pod" in lines[0] and "gpuws runs" in lines[0]
-        reported += 1
+        # Reported clearly: the documented exit, one line, the cause and the remedy.
+        reported += (code == AgentError.exit_code and len(lines) == 1 and all(
+            w in lines[0] for w in ("No such run", run_id, "does not exist on this pod",
+                                    "gpuws runs")))
+        crashes += tracebacks(err)
         with Store() as after:
             now = after.events(run_id)
             lost_events += len({e.seq for e in before} - {e.seq for e in now})
@@ -90,6 +100,6 @@ def test_pod_reboot_is_reported_and_the_store_keeps_its_record(
     assert len(run_ids) == REBOOTS
     for run_id in run_ids:
         assert run_id in report
-    assert lost_events == 0
+    assert (lost_events, reported, crashes) == (0, REBOOTS, 0)
     record("pod_reboot", trials=REBOOTS, faults=REBOOTS, reported_clearly=reported,
-           events_lost=lost_events, crashes=0, seconds=round(time.monotonic() - t0, 1))
+           events_lost=lost_events, crashes=crashes, seconds=round(time.monotonic() - t0, 1))

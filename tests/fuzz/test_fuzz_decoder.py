@@ -2,16 +2,18 @@
 
 Every malformed line (random bytes, truncated JSON, NUL, invalid UTF-8, unknown types,
 wrong field types, unknown fields, non-objects, nesting 100,000 deep, lines over the
-8 MiB limit, CR in odd places) sits between two good events. Through ``read_lines`` and
-through a whole ``AgentClient`` reading a fake agent's stdout in random-sized chunks:
-nothing raises, each bad line is reported once as a ``BadLine``, and every good event
-still arrives, in order. A hypothesis property pins the batched decoder
-(``framing.decode_block``) to decoding each line alone.
+8 MiB limit, CR in odd places) sits between two good events. Through
+``framing.read_event_batches`` (the reader the client and ``gpuws replay`` use) and through
+a whole ``AgentClient`` reading a fake agent's stdout in random-sized chunks: nothing
+raises, each bad line is reported once as a ``BadLine``, and every good event still
+arrives, in order. The figures are counted on what came out. A hypothesis property pins
+the batched decoder (``framing.decode_block``) to decoding each line alone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import random
 import time
@@ -22,10 +24,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from faults.figures import record  # type: ignore[import-not-found]
+from faults.helpers import catch_loop_errors  # type: ignore[import-not-found]
 from gpuws import protocol
 from gpuws.client import AgentClient
 from gpuws.deploy import DeployResult
-from gpuws.framing import decode_block, read_lines
+from gpuws.framing import decode_block, read_event_batches
 from gpuws.transport.base import RemoteProcess
 from gpuws.transport.local import LocalTransport
 
@@ -144,21 +147,41 @@ class FakeAgent(RemoteProcess):
         pass
 
 
-def test_read_lines_keeps_every_line_apart() -> None:
+def test_the_stream_reader_keeps_every_line_apart() -> None:
     lines, _ = corpus(1)
     data = b"\n".join(lines) + b"\n"
+    crashes: list[BaseException] = []
 
-    async def go() -> list[bytes | protocol.BadLine]:
-        return [x async for x in read_lines(ChunkedReader(data, random.Random(2)))]
+    async def go() -> tuple[list[protocol.Events | protocol.BadLine], int]:
+        reader = ChunkedReader(data, random.Random(2))
+        out: list[protocol.Events | protocol.BadLine] = []
+        try:
+            async for batch in read_event_batches(reader):
+                out += batch
+        except Exception as exc:  # a crash: the figure counts it, the assert below shows it
+            crashes.append(exc)
+        return out, reader.pos
 
     t0 = time.monotonic()
-    out = asyncio.run(go())
-    huge = [x for x in out if isinstance(x, protocol.BadLine)]
+    out, consumed = asyncio.run(go())
+    assert crashes == [] and consumed == len(data), crashes
+    # What each line alone decodes to, in order; an over-long one is reported as such.
+    want = [protocol.decode_event(ln.rstrip(b"\r")) for ln in lines]
+    over = [i for i, ln in enumerate(lines) if len(ln) > protocol.MAX_LINE]
+    huge = [x for x in out if isinstance(x, protocol.BadLine) and "exceeds" in x.reason]
     assert len(huge) == HUGE and all(b.length > protocol.MAX_LINE for b in huge)
-    kept = [x for x in out if not isinstance(x, protocol.BadLine)]
-    assert kept == [ln.rstrip(b"\r") for ln in lines if len(ln) <= protocol.MAX_LINE]
-    record("fuzz_read_lines", lines=len(lines), malformed=MALFORMED + HUGE,
-           oversized_reported=len(huge), lines_lost=0, crashes=0,
+    assert len(out) == len(want)
+    wrong = [i for i, (got, exp) in enumerate(zip(out, want, strict=True))
+             if (i in over) != (got in huge) or (i not in over and got != exp)]
+    assert wrong == [], wrong[:5]
+    bad = sum(isinstance(x, protocol.BadLine) for x in out)
+    good = [x for x in out if isinstance(x, protocol.Output) and x.run_id == "fuzz"]
+    lost = MALFORMED - len(good)
+    assert bad == MALFORMED + HUGE and lost == 0 and [e.seq for e in good] == list(
+        range(MALFORMED))
+    record("fuzz_read_event_batches", lines=len(lines), malformed=MALFORMED + HUGE,
+           reported=bad, oversized_reported=len(huge), good_events_lost=lost,
+           lines_decoded_otherwise_than_alone=len(wrong), crashes=len(crashes),
            seconds=round(time.monotonic() - t0, 1))
 
 
@@ -167,18 +190,23 @@ def test_client_reports_each_bad_line_and_the_stream_goes_on() -> None:
     data = b"\n".join(lines) + b"\n"
     hello = protocol.Hello(agent_version="fuzz", agent_sha256="0" * 64, protocol_version=1)
 
-    async def go() -> tuple[list[protocol.Events | protocol.BadLine], int]:
+    async def go() -> tuple[list[protocol.Events | protocol.BadLine], int, int]:
+        loop_errors = catch_loop_errors()
         got: list[protocol.Events | protocol.BadLine] = []
-        client = AgentClient(LocalTransport(), FakeAgent(data, random.Random(4)),
+        agent = FakeAgent(data, random.Random(4))
+        client = AgentClient(LocalTransport(), agent,
                              DeployResult("0" * 64, 0, "cached", 0, 0.0, hello), b"", "python3")
         client.add_listener(got.append)
         await asyncio.wait_for(client.wait_closed(), 120)
         # The client keeps only samples (bounded); every bad line reaches the listeners.
         assert len(client.bad_lines) <= 100
-        return got, client.bad_line_count
+        await client.close()
+        gc.collect()  # a reader task that died is reported to the loop when collected
+        # A crash: the reader stopped before the end of the stream, or died unseen.
+        return got, client.bad_line_count, len(loop_errors) + (agent.stdout.pos < len(data))
 
     t0 = time.monotonic()
-    got, counted = asyncio.run(go())
+    got, counted, crashes = asyncio.run(go())
     bad_lines = [e for e in got if isinstance(e, protocol.BadLine)]
     good = [e for e in got if isinstance(e, protocol.Output) and e.run_id == "fuzz"]
     assert [e.seq for e in good] == list(range(MALFORMED))
@@ -189,8 +217,10 @@ def test_client_reports_each_bad_line_and_the_stream_goes_on() -> None:
     reasons = {b.reason.split(" ")[0] for b in bad_lines}
     assert any("nested too deeply" in b.reason for b in bad_lines)
     assert any("exceeds" in b.reason for b in bad_lines)
+    lost = MALFORMED - len(good)
+    assert (lost, crashes) == (0, 0)
     record("fuzz_client_decoder", lines=len(lines), malformed=bad, reported=len(bad_lines),
-           good_events_lost=0, crashes=0, distinct_reasons=len(reasons),
+           good_events_lost=lost, crashes=crashes, distinct_reasons=len(reasons),
            seconds=round(time.monotonic() - t0, 1))
 
 

@@ -9,13 +9,15 @@ an error) for a report with no kernel in it.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
 import random
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -38,6 +40,37 @@ RESCALE = {"ns": ("usecond", 1e3), "byte": ("Kbyte", 1e3), "hz": ("Mhz", 1e6),
 
 def bump(key: str, n: int = 1) -> None:
     FIGURES[key] = FIGURES.get(key, 0) + n
+
+
+#: A crash: a reader raising anything but the one clear error it documents for input it
+#: cannot read (``ReportError``, ``Tier2ParseError``). Counted as it happens, then raised.
+CRASHES: list[str] = []
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def crash_counted() -> Iterator[None]:
+    try:
+        yield
+    except (ReportError, Tier2ParseError):
+        raise
+    except Exception as exc:
+        CRASHES.append(f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def counted(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` with :func:`crash_counted` around every call."""
+    def call(*args: Any, **kwargs: Any) -> T:
+        with crash_counted():
+            return fn(*args, **kwargs)
+    return call
+
+
+read_csv = counted(ncu_reader.read_csv)
+read_raw_csv = counted(ncu_reader.read_raw_csv)
+read_report_counted = counted(read_report)
+parse_kern_sum = counted(parse_nsys_kern_sum_csv)
 
 
 def table(text: str) -> tuple[list[str], list[list[str]]]:
@@ -96,8 +129,8 @@ def test_other_units_give_the_same_metrics(name: str) -> None:
                 row[col] = fmt(v / factor)
                 changed += 1
     assert changed > 10
-    base = ncu_reader.read_raw_csv(RAW[name])
-    rescaled = ncu_reader.read_raw_csv(render(pre, [header, units, *data]))
+    base = read_raw_csv(RAW[name])
+    rescaled = read_raw_csv(render(pre, [header, units, *data]))
     same(base, rescaled)
     assert any(v is not None for v in rescaled[0]["metrics"].values())
     bump("unit_cells_rewritten", changed)
@@ -115,14 +148,14 @@ def test_a_comma_decimal_locale_gives_the_same_metrics(name: str) -> None:
     pre, rows = table(text)
     swapped = [[swap_locale(c) for c in row] for row in rows]
     assert swapped != rows
-    same(ncu_reader.read_csv(text), ncu_reader.read_csv(render(pre, swapped)))
+    same(read_csv(text), read_csv(render(pre, swapped)))
     bump("locales")
 
 
 @pytest.mark.parametrize("name", sorted(RAW) + sorted(DETAILS))
 def test_na_cells_are_not_measured_never_invented(name: str) -> None:
     text = RAW.get(name) or DETAILS[name]
-    base = ncu_reader.read_csv(text)
+    base = read_csv(text)
     pre, rows = table(text)
     header = rows[0]
     # Metric cells only: the ID and the other fixed columns say which launch a row is.
@@ -135,7 +168,7 @@ def test_na_cells_are_not_measured_never_invented(name: str) -> None:
             for col in cols:
                 if col < len(row) and rng.random() < 0.3 and num(row[col]) is not None:
                     row[col] = rng.choice(["n/a", "N/A", "", "-", "no data", "nan", "inf"])
-        got = ncu_reader.read_csv(render(pre, blanked))
+        got = read_csv(render(pre, blanked))
         sane(got)
         for x, y in zip(base, got, strict=True):
             for key, v in y["metrics"].items():
@@ -169,9 +202,9 @@ def invented(full: list[dict[str, Any]], got: list[dict[str, Any]],
 @pytest.mark.parametrize("name", sorted(RAW) + sorted(DETAILS))
 def test_truncated_csv_never_raises_or_invents_a_value(name: str) -> None:
     text = RAW.get(name) or DETAILS[name]
-    full = ncu_reader.read_csv(text)
+    full = read_csv(text)
     for cut in truncations(text):
-        got = ncu_reader.read_csv(text[:cut])
+        got = read_csv(text[:cut])
         sane(got)
         assert len(got) <= len(full)
         assert invented(full, got) == []
@@ -180,9 +213,9 @@ def test_truncated_csv_never_raises_or_invents_a_value(name: str) -> None:
 
 def test_truncated_details_never_sum_part_of_shared_memory() -> None:
     text = DETAILS["gemm_details.csv"]
-    full = ncu_reader.read_csv(text)
+    full = read_csv(text)
     bad = [b for cut in truncations(text, 400)
-           for b in invented(full, ncu_reader.read_csv(text[:cut]))]
+           for b in invented(full, read_csv(text[:cut]))]
     assert bad == []
 
 
@@ -193,11 +226,11 @@ def test_truncated_details_never_sum_part_of_shared_memory() -> None:
     '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n',
 ])
 def test_empty_reports_give_nothing(text: str, tmp_path: Path) -> None:
-    assert ncu_reader.read_csv(text) == []
+    assert read_csv(text) == []
     path = tmp_path / "empty.csv"
     path.write_text(text)
     with pytest.raises(ReportError, match="holds no profiled kernel"):
-        read_report(path)
+        read_report_counted(path)
     bump("empty_reports")
 
 
@@ -217,14 +250,15 @@ def test_garbage_and_shuffled_lines_never_raise() -> None:
             lines = ["".join(chr(rng.randrange(32, 0x2FFF)) for _ in range(rng.randrange(80)))
                      for _ in range(30)] + lines[:5]
         text = "\n".join(lines)
-        sane(ncu_reader.read_csv(text))
+        sane(read_csv(text))
         try:
-            parse_nsys_kern_sum_csv(text)
+            parse_kern_sum(text)
         except Tier2ParseError:
             pass
         parser = NcuConsoleParser("saxpy")
-        parser.feed(text)
-        parser.close()
+        with crash_counted():
+            parser.feed(text)
+            parser.close()
         bump("garbage_inputs")
 
 
@@ -232,24 +266,29 @@ def test_garbage_and_shuffled_lines_never_raise() -> None:
 def test_console_in_any_chunking_or_truncation(name: str) -> None:
     text = LOGS[name]
     whole = NcuConsoleParser(None)
-    whole.feed(text)
-    whole.close()
+    with crash_counted():
+        whole.feed(text)
+        whole.close()
     rng = random.Random(name)
     for trial in range(60):
         p = NcuConsoleParser(None)
         body = text if trial % 2 == 0 else text[: rng.randrange(len(text) + 1)]
         pos = 0
-        while pos < len(body):
-            step = rng.choice([1, 3, 17, 256, 4096])
-            p.feed(body[pos:pos + step], rng.choice(["stdout", "stderr"]) if trial % 5 == 4
-                   else "stdout")
-            pos += step
-        p.close()
+        with crash_counted():
+            while pos < len(body):
+                step = rng.choice([1, 3, 17, 256, 4096])
+                p.feed(body[pos:pos + step], rng.choice(["stdout", "stderr"])
+                       if trial % 5 == 4 else "stdout")
+                pos += step
+            p.close()
         if body == text and trial % 5 != 4:
             assert p.summary() == whole.summary()  # chunking never changes what is read
         bump("console_variants")
 
 
 def test_figures() -> None:
-    record("fuzz_ncu_output", inputs=sum(FIGURES.values()), crashes=0,
+    # Every input above went through the readers inside crash_counted (this test runs
+    # last in the file).
+    assert CRASHES == [], CRASHES
+    record("fuzz_ncu_output", inputs=sum(FIGURES.values()), crashes=len(CRASHES),
            **{k: v for k, v in sorted(FIGURES.items())})

@@ -62,15 +62,30 @@ DUMP_ENV = ("import json, os; json.dump({k: v for k, v in os.environ.items() "
             "if k.startswith('GPUWS_FUZZ_')}, open(os.environ['GPUWS_ARTIFACT_DIR'] "
             "+ '/env.json', 'w'))")
 
-def count(name: str) -> None:
-    COUNTS[name] = COUNTS.get(name, 0) + 1
+def count(name: str, n: int = 1) -> None:
+    COUNTS[name] = COUNTS.get(name, 0) + n
+
+
+def injected() -> int:
+    """1 if an injected command ran (the sentinel exists), counted and cleared; else 0."""
+    ran = SENTINEL.exists()
+    SENTINEL.unlink(missing_ok=True)
+    count("commands_injected", ran)
+    return int(ran)
+
+
+def altered(sent: object, got: object) -> bool:
+    """Whether a string arrived otherwise than sent (counted for the figures)."""
+    changed = sent != got
+    count("strings_altered", changed)
+    return changed
 
 
 @pytest.fixture(autouse=True)
 def _no_sentinel() -> Iterator[None]:
     SENTINEL.unlink(missing_ok=True)
     yield
-    assert not SENTINEL.exists(), "a string was evaluated by a shell"
+    assert not injected(), "a string was evaluated by a shell"
 
 
 def test_argv_reaches_the_pod_verbatim_over_ssh(ssh_config: Path) -> None:
@@ -85,7 +100,8 @@ def test_argv_reaches_the_pod_verbatim_over_ssh(ssh_config: Path) -> None:
         # printf (the login shell's builtin) prints each argument as it got it, NUL-ended.
         res = loop.run_until_complete(transport.run(["printf", "%s\\0", *args]))
         assert res.returncode == 0, res.stderr
-        assert res.stdout.split(b"\0")[:-1] == [a.encode() for a in args]
+        assert not altered([a.encode() for a in args], res.stdout.split(b"\0")[:-1])
+        assert not injected()
         count("ssh_argv")
 
     try:
@@ -95,7 +111,7 @@ def test_argv_reaches_the_pod_verbatim_over_ssh(ssh_config: Path) -> None:
         with pytest.raises(GpuwsError):
             loop.run_until_complete(transport.run(
                 ["python3", "-c", ECHO_ARGV, f"a\x00; touch {SENTINEL}"]))
-        assert not SENTINEL.exists()
+        assert not injected()
     finally:
         loop.run_until_complete(transport.close())
         loop.close()
@@ -128,9 +144,10 @@ def test_spec_strings_reach_the_worker_verbatim(ssh_config: Path, sshd: SshServe
         run_id = loop.run_until_complete(run(spec))
         assert finished[run_id].status == "ok", finished[run_id].error
         rdir = sshd.pod_cache / "runs" / run_id
-        assert json.loads((rdir / "artifacts" / "env.json").read_text()) == env
+        assert not altered(env, json.loads((rdir / "artifacts" / "env.json").read_text()))
         sent = json.loads((rdir / "spec.json").read_text())
-        assert sent == protocol.to_builtins(spec)  # stored exactly as sent
+        assert not altered(protocol.to_builtins(spec), sent)  # stored exactly as sent
+        assert not injected()
         count("run_spec")
 
     try:
@@ -158,9 +175,10 @@ def test_kernel_regex_reaches_ncu_as_one_argument(tmp_path: Path) -> None:
                                   tier=3, cwd=str(tmp_path), env=dict(os.environ))
         assert res.returncode == 0
         got = json.loads("".join(lines))
-        assert got == argv[1:]  # every argument arrived whole
+        assert not altered(argv[1:], got)  # every argument arrived whole
         want = regex[len("regex:"):] if regex.startswith("regex:") else regex
         assert got[got.index("-k") + 1] == "regex:" + (want or ".*")
+        assert not injected()
         count("ncu_regex")
 
     check()
@@ -191,7 +209,9 @@ def test_file_names_stay_in_the_run_dir(tmp_path: Path, monkeypatch: pytest.Monk
         if expected in (".", ".."):
             assert path.resolve().is_relative_to(rdir)
             return
-        assert path.name == expected and path.read_bytes() == body
+        assert path.name == expected
+        assert not altered(body, path.read_bytes())
+        assert not injected()
         count("file_name")
 
     check()
@@ -253,6 +273,7 @@ def test_host_names_never_reach_a_shell(tmp_path: Path, monkeypatch: pytest.Monk
             count("host_name")
         else:
             raise AssertionError(f"connected to {name!r}?")
+        assert not injected()
         for argv in resolved[before:]:
             # The host is the argument after "--", cut from the name exactly as typed
             # (user@ and :port go as -l and -p), or the defaults' probe.
@@ -261,13 +282,21 @@ def test_host_names_never_reach_a_shell(tmp_path: Path, monkeypatch: pytest.Monk
                 assert flag == "-F" or value in name, (name, argv)
 
     check()
+    # Counted over this file's tests so far (they run in file order): after every example,
+    # whether the sentinel an injection would create exists, and whether any string
+    # arrived otherwise than sent.
+    injected()
+    commands_injected = COUNTS.get("commands_injected", 0)
+    strings_altered = COUNTS.get("strings_altered", 0)
+    assert (commands_injected, strings_altered) == (0, 0)
     record("fuzz_shell", ssh_argv_examples=COUNTS.get("ssh_argv", 0),
            run_spec_examples=COUNTS.get("run_spec", 0),
            ncu_regex_examples=COUNTS.get("ncu_regex", 0),
            file_name_examples=COUNTS.get("file_name", 0),
            host_name_examples=COUNTS.get("host_name", 0),
            host_names_to_ssh_g=len({a[-1] for a in resolved} - {"gpuws-defaults.invalid"}),
-           host_names_without_clear_error=len(raw), commands_injected=0)
+           host_names_without_clear_error=len(raw), commands_injected=commands_injected,
+           strings_altered=strings_altered)
     assert raw == [], raw  # every odd host name ends in one clear GpuwsError line
     assert resolved, "no name reached ssh -G: the check above checked nothing"
 

@@ -101,6 +101,20 @@ def test_a_cupy_workload_gets_nsys_table_argv_and_report(
                                         "sha256": reps[0]["sha256"]}}
 
 
+def test_a_file_workload_gets_nsys_table_too(pod: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A person's ``file:`` benchmark (a CuPy RawKernel add), Tier 2 through nsys."""
+    bench = Path(__file__).parents[2] / "bench" / "workloads" / "cupy_add.py"
+    code, events = run_json(capsys, "run", "pod", "-F", str(pod), "-w", f"file:{bench}",
+                            "--tiers", "2", "--json")
+    assert code == 0, [e for e in events if e["type"] in ("diagnosis", "run_finished")]
+    table = of(events, "kernel_table")[0]
+    assert table["source"] == "nsys", (table["source"], tier2(events))
+    assert "cupy_add" in table["kernels"][0]["name"]
+    assert any(a["name"].endswith(".nsys-rep") for a in of(events, "artifact"))
+    FIGURES["file_nsys"] = {"table": table, "tier2": tier2(events)}
+
+
 def test_a_torch_cu130_program_is_said_partial_then_passed_over(
         pod: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["run", "pod", "-F", str(pod), "-w", f'cmd:python3 -c "{TORCH}"', "--tiers", "2",

@@ -108,7 +108,24 @@ def test_three_edits_three_honest_verdicts(pod: Path, tmp_path: Path) -> None:
     reader.join(timeout=30)
     while not lines.empty():
         seen.append(lines.get_nowait())
-    figures = {"lines": got, "save_to_line_s": saved, "all": seen}
+    figures: dict[str, Any] = {"lines": got, "save_to_line_s": saved, "all": seen}
+    # The fork server (issue 25, point 4): every iteration's Tier-1 child was forked from
+    # the pod's pre-imported parent, which never initialised CUDA (it refuses to serve
+    # when an import did); what Tier 1 took beyond its samples, per iteration.
+    os.environ["GPUWS_HOME"] = env["GPUWS_HOME"]
+    from gpuws import protocol
+    from gpuws.sessions.store import Store
+
+    with Store() as store:
+        (session,) = store.sessions()
+        forked, tier1 = [], []
+        for run in store.runs(session.id):
+            events = store.run_events(run.run_id, ["log", "tier_finished"])
+            forked.append(any(isinstance(e, protocol.Log) and "forked from this watch's "
+                              "pre-imported parent" in e.message for e in events))
+            tier1 += [e.wall_s for e in events
+                      if isinstance(e, protocol.TierFinished) and e.tier == 1]
+    figures.update(forked=forked, tier1_wall_s=tier1)
     if OUT:
         (OUT / "watch.json").write_text(json.dumps(figures, indent=2))
     print("".join(got))
@@ -122,3 +139,4 @@ def test_three_edits_three_honest_verdicts(pod: Path, tmp_path: Path) -> None:
     # The original back: faster than the doubled store, as fast as the first.
     assert "faster" in got[3].split("vs base")[0] and abs(medians[3] / medians[0] - 1) < 0.02
     assert "watch: the iterations" in "".join(seen)
+    assert forked == [True] * 4, figures  # each child forked, none started afresh

@@ -25,7 +25,16 @@ from gpuws.transport.local import LocalTransport
 
 NOBODY = 65534
 AS_ROOT = os.geteuid() == 0
-FIGS = {"refused": 0, "repaired": 0}
+FIGS = {"refused": 0, "repaired": 0, "hijacked": 0}
+
+
+def written_into(where: Path, *expected: str) -> list[str]:
+    """What is in a directory that should hold only ``expected``: each case where
+    something of ours was written into a directory it refused counts as hijacked."""
+    found = sorted(p.name for p in where.iterdir())
+    extra = [n for n in found if n not in expected]
+    FIGS["hijacked"] += bool(extra)
+    return found
 
 
 async def connect(cache: Path) -> AgentClient:
@@ -54,7 +63,7 @@ def test_writable_cache_is_refused(tmp_path: Path, mode: int) -> None:
     cache.chmod(mode)
     msg = deploy_refused(cache)
     assert "writable by others" in msg and str(cache) in msg
-    assert list(cache.iterdir()) == []  # no bundle was written into it
+    assert written_into(cache) == []  # no bundle was written into it
 
 
 def test_writable_agent_dir_is_refused(tmp_path: Path) -> None:
@@ -64,7 +73,7 @@ def test_writable_agent_dir_is_refused(tmp_path: Path) -> None:
     (cache / "agent").chmod(0o777)
     msg = deploy_refused(cache)
     assert str(cache / "agent") in msg
-    assert list((cache / "agent").iterdir()) == []
+    assert written_into(cache / "agent") == []
 
 
 @pytest.mark.skipif(not AS_ROOT, reason="giving a directory to another uid needs root")
@@ -76,7 +85,7 @@ def test_cache_owned_by_another_user_is_refused(tmp_path: Path, which: str) -> N
     os.chown(cache / "agent" if which == "agent" else cache, NOBODY, NOBODY)
     msg = deploy_refused(cache)
     assert "owned by another user" in msg
-    assert list((cache / "agent").iterdir()) == []
+    assert written_into(cache / "agent") == []
 
 
 def start_refused(cache: Path, run_id: str | None = None) -> AgentError:
@@ -108,7 +117,7 @@ def test_runs_dir_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     os.chown(cache / "runs", NOBODY, NOBODY)
     err = start_refused(cache)
     assert err.code == "pod_error" and "owned by uid 65534" in err.message
-    assert list((cache / "runs").iterdir()) == []
+    assert written_into(cache / "runs") == []
 
 
 def test_runs_dir_symlinked_elsewhere_is_refused(tmp_path: Path) -> None:
@@ -118,7 +127,7 @@ def test_runs_dir_symlinked_elsewhere_is_refused(tmp_path: Path) -> None:
     (cache / "runs").symlink_to(elsewhere)
     err = start_refused(cache)
     assert err.code == "pod_error" and "not a plain directory" in err.message
-    assert list(elsewhere.iterdir()) == []
+    assert written_into(elsewhere) == []
 
 
 def test_planted_run_dir_is_never_used(tmp_path: Path) -> None:
@@ -129,7 +138,8 @@ def test_planted_run_dir_is_never_used(tmp_path: Path) -> None:
     (planted / "events.ndjson").write_text("")
     err = start_refused(cache, run_id=planted.name)
     assert err.code == "pod_error" and "File exists" in err.message
-    assert sorted(p.name for p in planted.iterdir()) == ["events.ndjson"]
+    assert written_into(planted, "events.ndjson") == ["events.ndjson"]
+    assert (planted / "events.ndjson").read_text() == ""  # nothing appended to the plant
 
 
 def test_loose_runs_dir_of_ours_is_made_private(tmp_path: Path) -> None:
@@ -152,5 +162,7 @@ def test_loose_runs_dir_of_ours_is_made_private(tmp_path: Path) -> None:
 
 
 def test_figures() -> None:
+    # Counted by the tests above (this one runs last in the file).
+    assert FIGS["hijacked"] == 0
     record("cache_hijack", trials=FIGS["refused"] + FIGS["repaired"], refused=FIGS["refused"],
-           repaired=FIGS["repaired"], hijacked=0)
+           repaired=FIGS["repaired"], hijacked=FIGS["hijacked"])

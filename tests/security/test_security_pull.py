@@ -12,6 +12,10 @@ After everything: no file was created or changed outside that run's artifact dir
 (the test's whole temporary tree is walked, and the escape targets in /tmp checked), no ``.part``
 ever exceeded its announced size, every refusal was one printable line, and the honest
 artifact of the same run was pulled all the same.
+
+Every pull is the product's, ``sessions.artifacts.pull_run`` (what the engine does after a
+run and ``gpuws pull`` does): where one announcement's own answer is wanted, the lying
+agent announces it as the one artifact of a run of its own (``lone_run``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,8 +35,8 @@ from gpuws.client import AgentClient
 from gpuws.config import PullConfig
 from gpuws.errors import TransferError
 from gpuws.locations import artifacts_dir
-from gpuws.sessions.artifacts import pull_one, pull_run
-from gpuws.sessions.store import ArtifactRow, Store
+from gpuws.sessions.artifacts import PullResult, pull_run
+from gpuws.sessions.store import Store
 from gpuws.transport.ssh import SSHTransport
 from sshd import SshServer  # type: ignore[import-not-found]
 
@@ -63,6 +68,29 @@ async def produce(cfg: Path, store: Store, sid: str) -> str:
     return info.run_id
 
 
+def lone_run(store: Store, sid: str, name: str, remote_path: str, size: int,
+             sha256: str) -> str:
+    """A run of the lying agent's that announces one artifact, stored as the engine stores
+    a run's start: ``pull_run`` of it is that one announcement's pull."""
+    run_id = f"20990101-000000-{uuid.uuid4().hex[:6]}"
+    store.ingest(sid, protocol.RunStarted(run_id=run_id, seq=0, ts=time.time(),
+                                          spec=protocol.RunSpec(workload="cmd:true"),
+                                          run_dir="/nonexistent", pid=1))
+    store.record_artifact(run_id, name, remote_path, size, sha256)
+    return run_id
+
+
+async def pull_lone(cfg: Path, store: Store, sid: str, run_id: str,
+                    **kw: object) -> list[PullResult]:
+    """``pull_run`` of a lone run over a new link (the product's pull of one file)."""
+    client = await connect(cfg)
+    try:
+        return await asyncio.wait_for(pull_run(client, store, sid, run_id, **kw),  # type: ignore[arg-type]
+                                      30)
+    finally:
+        await client.close()
+
+
 def snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
     """Every file and link under ``roots``: (size, mtime_ns), links not followed."""
     out: dict[str, tuple[int, int]] = {}
@@ -86,14 +114,15 @@ def honest_run(sshd: SshServer, tmp_path: Path) -> Iterator[tuple[Path, Store, s
 
 
 def assert_confined(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],
-                    run_dir: Path) -> None:
+                    run_dir: Path, *more_run_dirs: Path) -> None:
     changed = {p for p, v in after.items() if before.get(p) != v}
     db = str(run_dir.parent.parent.parent / "sessions.db")
-    outside = {p for p in changed
-               if not p.startswith(str(run_dir) + os.sep) and not p.startswith(db)}
-    # The run's own directory is written by the pull (and the store records what it did);
-    # nothing else may appear or change.
-    assert outside <= {str(run_dir), str(run_dir.parent)}, sorted(outside)
+    dirs = (run_dir, *more_run_dirs)
+    outside = {p for p in changed if not p.startswith(db)
+               and not any(p.startswith(str(d) + os.sep) for d in dirs)}
+    # The runs' own directories are written by the pull (and the store records what it
+    # did); nothing else may appear or change.
+    assert outside <= {str(d) for d in dirs} | {str(run_dir.parent)}, sorted(outside)
 
 
 def test_traversal_and_control_names_are_refused_and_nothing_escapes(
@@ -136,59 +165,49 @@ def test_traversal_and_control_names_are_refused_and_nothing_escapes(
     assert all(rows[n].status == "remote" and rows[n].local_path is None for n in hostile)
 
     # Each refusal alone: one line naming the artifact (escaped) and why.
+    lone_dirs = []
     for name in hostile:
-        art = rows[name]
-
-        async def one(art: ArtifactRow = art) -> None:
-            client = await connect(cfg)
-            try:
-                await pull_one(client, store, sid, art)
-            finally:
-                await client.close()
-
+        lone = lone_run(store, sid, name, honest.remote_path, honest.size, honest.sha256)
+        lone_dirs.append(artifacts_dir(sid, lone))
         with pytest.raises(TransferError) as each:
-            asyncio.run(one())
+            asyncio.run(pull_lone(cfg, store, sid, lone))
         msg = each.value.one_line()
         assert "refused" in msg and "\n" not in msg and "\x1b" not in msg, msg
-    assert_confined(before, snapshot(tmp_path), run_dir)
+        assert "artifacts of run" not in msg  # its own refusal, not a count
+    assert_confined(before, snapshot(tmp_path), run_dir, *lone_dirs)
 
 
 def test_planted_links_and_fifos_are_never_followed(
         honest_run: tuple[Path, Store, str, str], tmp_path: Path) -> None:
     cfg, store, sid, run_id = honest_run
     honest = store.artifacts(run_id)[0]
-    run_dir = artifacts_dir(sid, run_id)
     outside = tmp_path / "outside"
     outside.mkdir()
     victim = outside / "victim"
     victim.write_bytes(b"precious")
-    (run_dir / "linked").symlink_to(outside, target_is_directory=True)
-    (run_dir / "deep").mkdir()
-    (run_dir / "deep" / "up").symlink_to(outside, target_is_directory=True)
-    (run_dir / "y.bin.part").symlink_to(victim)
-    os.mkfifo(run_dir / "f.bin.part")
     planted = {"linked/x.bin": "symbolic link", "deep/up/z.bin": "symbolic link",
                "y.bin": "a link or FIFO there is never followed",
                "f.bin": "not a regular file"}
-    for name in planted:
-        store.record_artifact(run_id, name, honest.remote_path, honest.size, honest.sha256)
+    # Each announcement is the one artifact of a run of its own, whose directory holds
+    # every plant.
+    lone = {name: lone_run(store, sid, name, honest.remote_path, honest.size, honest.sha256)
+            for name in planted}
+    run_dirs = [artifacts_dir(sid, r) for r in lone.values()]
+    for run_dir in run_dirs:
+        (run_dir / "linked").symlink_to(outside, target_is_directory=True)
+        (run_dir / "deep").mkdir()
+        (run_dir / "deep" / "up").symlink_to(outside, target_is_directory=True)
+        (run_dir / "y.bin.part").symlink_to(victim)
+        os.mkfifo(run_dir / "f.bin.part")
     before = snapshot(tmp_path)
-    rows = {a.name: a for a in store.artifacts(run_id)}
     for name, why in planted.items():
-        async def one(art: ArtifactRow = rows[name]) -> None:
-            client = await connect(cfg)
-            try:
-                await asyncio.wait_for(pull_one(client, store, sid, art), 30)
-            finally:
-                await client.close()
-
         with pytest.raises(TransferError) as err:
-            asyncio.run(one())
+            asyncio.run(pull_lone(cfg, store, sid, lone[name]))
         assert why in err.value.message, err.value.message
     after = snapshot(tmp_path)
-    assert_confined(before, after, run_dir)
+    assert_confined(before, after, *run_dirs)
     assert victim.read_bytes() == b"precious" and sorted(os.listdir(outside)) == ["victim"]
-    assert all(a.status == "remote" for a in store.artifacts(run_id) if a.name in planted)
+    assert all(store.artifacts(r)[0].status == "remote" for r in lone.values())
 
 
 @pytest.mark.parametrize("server", ["sshd", "sshd_nosftp"])
@@ -207,44 +226,49 @@ def test_a_pull_stops_at_the_announced_size(server: str, request: pytest.Fixture
     # regular files are (tests/security/test_hostile_pulls.py).
     endless = honest.remote_path
     truth = hashlib.sha256(Path(endless).read_bytes()[:16]).hexdigest()
-    store.record_artifact(run_id, "endless-true.bin", endless, 16, truth)
-    store.record_artifact(run_id, "endless-lie.bin", endless, 16, "0" * 64)
-    store.record_artifact(run_id, "huge.bin", endless, 1 << 40, zeros)
-    run_dir = artifacts_dir(sid, run_id)
+    lone = {name: lone_run(store, sid, name, endless, size, sha) for name, size, sha in (
+        ("endless-true.bin", 16, truth), ("endless-lie.bin", 16, "0" * 64),
+        ("huge.bin", 1 << 40, zeros))}
+    lone[HONEST] = lone_run(store, sid, HONEST, endless, honest.size, honest.sha256)
+
+    def run_dir(name: str) -> Path:
+        return artifacts_dir(sid, lone[name])
+
     seen: list[int] = []
 
     def progress(name: str, done: int, total: int) -> None:
-        part = run_dir / (name + ".part")
+        part = run_dir(name) / (name + ".part")
         if name.startswith("endless") and part.exists():
             seen.append(part.stat().st_size)
             assert done <= total == 16
 
-    async def one(name: str, **kw: PullConfig) -> None:
-        art = next(a for a in store.artifacts(run_id) if a.name == name)
-        client = await connect(cfg)
-        try:
-            await asyncio.wait_for(pull_one(client, store, sid, art, progress, **kw), 20)
-        finally:
-            await client.close()
+    def one(name: str, **kw: PullConfig) -> None:
+        asyncio.run(pull_lone(cfg, store, sid, lone[name], progress=progress, **kw))
 
-    asyncio.run(one("endless-true.bin"))
-    assert (run_dir / "endless-true.bin").stat().st_size == 16
+    one("endless-true.bin")
+    assert (run_dir("endless-true.bin") / "endless-true.bin").stat().st_size == 16
     with pytest.raises(TransferError, match="sha256"):
-        asyncio.run(one("endless-lie.bin"))
-    assert not (run_dir / "endless-lie.bin.part").exists()
-    assert not (run_dir / "endless-lie.bin").exists()
+        one("endless-lie.bin")
+    assert not (run_dir("endless-lie.bin") / "endless-lie.bin.part").exists()
+    assert not (run_dir("endless-lie.bin") / "endless-lie.bin").exists()
     assert seen and max(seen) <= 16
 
-    # Above the ceiling: refused before any byte moves, with the remedy.
+    # Above the ceiling: refused before any byte moves, with the remedy. Alone in its run
+    # it is over the run's ceiling first; with that raised, over one artifact's.
     with pytest.raises(TransferError) as err:
-        asyncio.run(one("huge.bin"))
+        one("huge.bin")
+    assert "above the ceiling" in err.value.message and "max_run_bytes" in err.value.remedy
+    assert not (run_dir("huge.bin") / "huge.bin.part").exists()
+    with pytest.raises(TransferError) as err:
+        one("huge.bin", limits=PullConfig(max_run_bytes=1 << 41))
     assert "above the ceiling" in err.value.message and "max_artifact_bytes" in err.value.remedy
-    assert not (run_dir / "huge.bin.part").exists()
+    assert not (run_dir("huge.bin") / "huge.bin.part").exists()
     # The ceiling is the caller's: a configured 1 MiB refuses the 4 MiB honest file.
     with pytest.raises(TransferError, match="ceiling of 1048576 bytes"):
-        asyncio.run(one(HONEST, limits=PullConfig(max_artifact_bytes=1 << 20)))
-    assert not (run_dir / (HONEST + ".part")).exists()
-    assert {a.name: a.status for a in store.artifacts(run_id)} == {
+        one(HONEST, limits=PullConfig(max_artifact_bytes=1 << 20))
+    assert not (run_dir(HONEST) / (HONEST + ".part")).exists()
+    assert {name: store.artifacts(r)[0].status for name, r in lone.items()} == {
         "endless-lie.bin": "sha256_mismatch", "endless-true.bin": "pulled", HONEST: "remote",
         "huge.bin": "remote"}
+    assert store.artifacts(run_id)[0].status == "remote"
     store.close()

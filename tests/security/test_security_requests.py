@@ -122,8 +122,10 @@ def test_ten_thousand_garbage_requests_each_refused_nothing_started(
     assert set(codes) <= {"bad_request", "unknown_request", "no_such_run"}, codes
     assert not SENTINEL.exists()
     assert not Path(runs.runs_root()).exists()  # not even a directory was made
-    record("agent_garbage_requests", requests=len(lines), refused=len(replies),
-           processes_started=0, **codes, seconds=round(time.monotonic() - t0, 1))
+    refused = sum(r["type"] == "error" for r in replies)
+    record("agent_garbage_requests", requests=len(lines), refused=refused,
+           processes_started=len(started), commands_injected=int(SENTINEL.exists()), **codes,
+           seconds=round(time.monotonic() - t0, 1))
 
 
 def test_a_real_agent_refuses_garbage_and_goes_on(tmp_path: Path) -> None:
@@ -155,6 +157,10 @@ def test_a_real_agent_refuses_garbage_and_goes_on(tmp_path: Path) -> None:
     assert all(isinstance(e, protocol.Error) for e in got)
     assert not SENTINEL.exists()
     assert not (cache / "runs").exists()
+    record("agent_process_garbage_requests", requests=len(lines),
+           refused=sum(isinstance(e, protocol.Error) for e in got),
+           processes_started=len(children), runs_created=len(listed),
+           commands_injected=int(SENTINEL.exists()))
 
 
 def test_files_outside_the_run_dirs_are_never_served(tmp_path: Path) -> None:
@@ -180,3 +186,7 @@ def test_files_outside_the_run_dirs_are_never_served(tmp_path: Path) -> None:
     refusals, out, err = asyncio.run(go())
     assert len(refusals) == 4 and all("only files under" in r for r in refusals)
     assert out == b"" and b"refusing" in err
+    # Asked five times (four stat_file, one cat); served: what was answered, or any byte.
+    served = 4 - sum("only files under" in r for r in refusals) + (out != b"")
+    assert served == 0
+    record("files_outside_the_run_dirs", asked=5, served=served)

@@ -20,7 +20,7 @@ from gpuws.client import AgentClient
 from gpuws.errors import TransferError
 from gpuws.locations import artifacts_dir
 from gpuws.sessions import artifacts as art_mod
-from gpuws.sessions.artifacts import name_problem, pull_one, pull_run, run_lock, shown
+from gpuws.sessions.artifacts import name_problem, pull_run, run_lock, shown
 from gpuws.sessions.store import Store
 from gpuws.transport.ssh import SSHTransport
 
@@ -130,18 +130,15 @@ def test_two_pulls_of_one_run_at_once_both_end_true(
     for s in (store, other):
         assert all(x.status == "pulled" for x in s.artifacts(run_id))
 
-    # pull_one of a file another pull brought home: nothing fetched, said so.
-    art = next(x for x in other.artifacts(run_id) if x.name == "a.bin")
-
-    async def one() -> art_mod.PullResult:
+    # A third pull, once both are done: every file is home and true, nothing is fetched.
+    async def again() -> list[art_mod.PullResult]:
         client = await connect(cfg)
         try:
-            return await pull_one(client, other, sid, art)
+            return await pull_run(client, other, sid, run_id)
         finally:
             await client.close()
 
-    res = asyncio.run(one())
-    assert res.already_pulled and res.local_path == home / "a.bin"
+    assert asyncio.run(again()) == []
     other.close()
     store.close()
 

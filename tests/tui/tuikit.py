@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import ModuleType
@@ -82,14 +83,15 @@ def gated_count(gate: Path) -> str:
             f"for i in $(seq 11 40); do echo line-$i; sleep 0.01; done")
 
 
-async def until(pilot: Pilot[Any], ready: Callable[[], Any], timeout: float = 30.0) -> None:
-    """Let the app run until ``ready()`` holds (and a moment more, for mounts to finish)."""
-    for _ in range(int(timeout / 0.05)):
-        if ready():
-            await pilot.pause(0.1)
-            return
+async def until(pilot: Pilot[Any], ready: Callable[[], Any], timeout: float = 60.0) -> None:
+    """Let the app run until ``ready()`` holds, then until what that set off is done (mounts,
+    animations, the messages they posted: the app idle), however slow the machine."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out; screen is {pilot.app.screen!r}")
         await pilot.pause(0.05)
-    raise AssertionError(f"timed out; screen is {pilot.app.screen!r}")
+    await pilot.wait_for_scheduled_animations()
 
 
 def outputs(messages: list[Message], run_id: str | None = None) -> list[str]:
@@ -124,14 +126,16 @@ FIXED_NOW = 1_795_270_000.0
 SnapCompare = Callable[..., bool]
 
 
-async def settle(pilot: Pilot[Any], ready: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Wait for ``ready()``, then a little more: tables size their columns on idle."""
-    for _ in range(int(timeout / 0.05)):
-        if ready():
-            await pilot.pause(0.3)
-            return
+async def settle(pilot: Pilot[Any], ready: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Wait for ``ready()``, then for the app to be idle with no animation left: tables
+    size their columns on idle, so a screenshot taken then is the settled screen."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError("the app did not settle")
         await pilot.pause(0.05)
-    raise AssertionError("the app did not settle")
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()
 
 
 def frozen_app(start: Any = None, ssh_config: str = "/nonexistent/gpuws-test/ssh_config"
@@ -157,16 +161,17 @@ def replayed(*keys: str) -> Callable[[Pilot[Any]], Awaitable[None]]:
 
         def shown() -> bool:
             screen = app.screen
-            # The screen may be pushed and not composed yet: no panes to ask then.
+            # The screen may be pushed and not composed yet: no panes to ask then. The
+            # Tier-1 pane's last throttled redraw must have come too.
             return (isinstance(screen, RunScreen) and bool(screen.query("RunPanes"))
-                    and screen.panes.model.finished is not None and app.feed.backlog == 0)
+                    and screen.panes.model.finished is not None and app.feed.backlog == 0
+                    and not screen.panes.timing_redraw_pending)
 
         await settle(pilot, shown)
-        await pilot.pause(0.4)  # the Tier-1 pane's last throttled redraw
         for key in keys:
             await pilot.press(key)
-            await pilot.pause(0.1)
+            await pilot.wait_for_scheduled_animations()
         app.clear_notifications()
-        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
 
     return run_before

@@ -21,13 +21,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 from rich.table import Table
 from rich.text import Text
 
 from .. import protocol
 from ..errors import UsageError
 from ..gpu import gpus
-from ..sessions.compare import Tier1Comparison, compare_samples
+from ..sessions.compare import Tier1Comparison, change_text, compare_samples, verdict_word
 from ..sessions.store import Store
 from ..text import humanfmt
 from ..text.textsafe import visible
@@ -56,7 +57,8 @@ class Iteration:
 
 
 def watched_paths(args: argparse.Namespace) -> list[Path]:
-    """What to watch: the workspace, else the ``file:`` workload's folder.
+    """What to watch: the workspace, else the ``file:`` workload's file (the one file
+    that travels with each run: nothing else in its folder changes what is measured).
 
     Raises:
         UsageError: nothing to watch (a ``builtin:`` or ``cmd:`` workload without ``-W``).
@@ -72,28 +74,9 @@ def watched_paths(args: argparse.Namespace) -> list[Path]:
         path = Path(ref[5:]).expanduser()
         if not path.is_file():
             raise UsageError(f"{ref}: no such file", remedy="give -w file:PATH of your benchmark")
-        return [path.parent]
+        return [path]
     raise UsageError(f"watch has nothing to watch for {visible(ref, 80)}",
                      remedy="give -W DIR (the project), or -w file:PATH")
-
-
-def verdict_word(c: Tier1Comparison | None) -> str:
-    """faster / slower / no difference (at 95%), from the CI of the ratio of medians."""
-    if c is None:
-        return ""
-    if c.within_noise:
-        return "no difference"
-    return "faster" if c.speedup > 1.0 else "slower"
-
-
-def change_text(c: Tier1Comparison | None) -> str:
-    """``-2.1% [-2.4, -1.8] faster``: time change of B against A with its 95% CI."""
-    if c is None:
-        return "—"
-    pct = (1.0 / c.speedup - 1.0) * 100.0
-    lo = (1.0 / c.ci_high - 1.0) * 100.0
-    hi = (1.0 / c.ci_low - 1.0) * 100.0
-    return f"{pct:+.1f}% [{lo:+.1f}, {hi:+.1f}] {verdict_word(c)}"
 
 
 def line(it: Iteration) -> Text:
@@ -193,7 +176,7 @@ async def watch(args: argparse.Namespace) -> int:
 
         async def one(n: int, changed: list[str], t0: float) -> Iteration:
             it = Iteration(n, changed)
-            spec = build_spec(args)  # a file: workload travels in the spec: read it anew
+            spec = watch_spec(args)  # a file: workload travels in the spec: read it anew
             if workspace is not None and engine.link is not None:
                 manifest = await asyncio.to_thread(workspace.scan)
                 synced = await workspace.sync(engine.link.client, manifest)
@@ -241,11 +224,23 @@ async def watch(args: argparse.Namespace) -> int:
         # The watcher runs from before the first iteration, and saves made while an
         # iteration runs wait in the queue: none is missed, and they make one iteration.
         saves: asyncio.Queue[tuple[float, set[str]]] = asyncio.Queue()
+        # A file is watched through its folder (an editor's save often replaces the
+        # file, which a watch on the file itself would lose), for that one name only.
+        files = {os.path.realpath(r) for r in roots if r.is_file()}
+        folders = [r.parent if r.is_file() else r for r in roots]
+        recursive = not files
+        default = watchfiles.DefaultFilter()
+
+        def wanted(change: watchfiles.Change, path: str) -> bool:
+            if files:
+                return os.path.realpath(path) in files
+            return default(change, path)
 
         async def watcher() -> None:
-            async for changes in watchfiles.awatch(*roots, debounce=args.debounce_ms,
-                                                   stop_event=stop, raise_interrupt=False):
-                saves.put_nowait((time.monotonic(), {_rel(p, roots) for _k, p in changes}))
+            async for changes in watchfiles.awatch(*folders, debounce=args.debounce_ms,
+                                                   stop_event=stop, raise_interrupt=False,
+                                                   watch_filter=wanted, recursive=recursive):
+                saves.put_nowait((time.monotonic(), {_rel(p, folders) for _k, p in changes}))
 
         watching = asyncio.create_task(watcher())
         await asyncio.sleep(0)  # let the watcher start before anything is measured
@@ -273,6 +268,16 @@ async def watch(args: argparse.Namespace) -> int:
     if iterations:
         out.print(summary(iterations))
     return 0
+
+
+def watch_spec(args: argparse.Namespace) -> protocol.RunSpec:
+    """The iteration's spec: the run's, as one of this connection's session
+    (``RunSpec.fork_server``: the pod probed once, the Tier-1 child of a Python workload
+    forked from a pre-imported parent), unless ``--no-fork-server``."""
+    spec = build_spec(args)
+    if getattr(args, "fork_server", True):
+        spec = msgspec.structs.replace(spec, fork_server=True)
+    return spec
 
 
 def _rel(path: str, roots: list[Path]) -> str:

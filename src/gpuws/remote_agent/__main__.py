@@ -1,10 +1,11 @@
 """Agent entry point: ``python3 agent.pyz COMMAND``.
 
 Commands: ``serve`` (request loop on stdin/stdout), ``worker RUN_ID`` (a detached run),
-``child MODE RUN_ID`` (a workload process under a tier), ``cat PATH OFFSET`` (stream a
-run file to stdout: the exec-channel file transfer), ``cat64 PATH OFFSET [CHUNK]`` (the
-same as checksummed base64 text frames, for a terminal link), ``probe`` (print the probe
-as JSON).
+``child MODE RUN_ID`` (a workload process under a tier), ``forkserver SOCKET WORK_DIR
+LIFELINE_FD READY_FD`` (watch's pre-imported parent of Tier-1 children), ``cat PATH
+OFFSET`` (stream a run file to stdout: the exec-channel file transfer), ``cat64 PATH
+OFFSET [CHUNK]`` (the same as checksummed base64 text frames, for a terminal link),
+``probe`` (print the probe as JSON).
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .child import main as child_main
 
         return child_main(args[1], args[2], args[3:])
+    if cmd == "forkserver" and len(args) == 5:
+        from .forkserver import main as forkserver_main
+
+        return forkserver_main(args[1:])
     if cmd == "cat" and len(args) == 3:
         return cat(args[1], int(args[2]))
     if cmd == "cat64" and len(args) in (3, 4):

@@ -18,6 +18,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 Emit = Callable[[Dict[str, Any]], Any]
+#: Starts a process as ``subprocess.Popen`` would: ``spawn(argv, cwd, env, pass_fds)``.
+Spawn = Callable[[Sequence[str], str, Dict[str, str], Tuple[int, ...]], Any]
 
 #: Longest text of one ``output`` event, in bytes of the workload's output. JSON with
 #: ``ensure_ascii`` makes at most 6 bytes of one (a control byte as ``\\u00XX``), so an
@@ -45,7 +47,8 @@ class ProcResult:
 
 #: Set by the worker's SIGTERM handler; running children are terminated when it is set.
 CANCELLED = {"flag": False}
-_CURRENT: List["subprocess.Popen[bytes]"] = []
+#: The running children: Popen objects, or ``forkserver.ForkedProc`` (the same methods).
+_CURRENT: List[Any] = []
 
 
 def terminate_children() -> None:
@@ -211,7 +214,8 @@ def run_streaming(argv: Sequence[str], *, emit: Emit, tier: Optional[int], cwd: 
                   env: Dict[str, str], timeout_s: Optional[float] = None,
                   on_chunk: Optional[Callable[[str, str], None]] = None,
                   line_filter: Optional[Callable[[str], bool]] = None,
-                  child_events: bool = False, tail_chars: int = 65536) -> ProcResult:
+                  child_events: bool = False, tail_chars: int = 65536,
+                  spawn: Optional[Spawn] = None) -> ProcResult:
     """Run ``argv``, emitting its output as ``output`` events (see :class:`OutputSplitter`).
 
     ``on_chunk(stream, text)`` sees raw chunks as they arrive (ncu's progress dots come
@@ -220,6 +224,8 @@ def run_streaming(argv: Sequence[str], *, emit: Emit, tier: Optional[int], cwd: 
     With ``child_events`` the child gets a pipe in ``GPUWS_EVENT_FD`` and every JSON line
     it writes there is emitted as an event: a workload's own prints on stdout can never
     be mistaken for protocol frames.
+    ``spawn(argv, cwd, env, pass_fds)`` starts the process instead of ``subprocess.Popen``
+    (the fork server's :class:`forkserver.ForkedProc`, which has Popen's methods).
     """
     start = time.time()
     read_fd = write_fd = -1
@@ -227,9 +233,12 @@ def run_streaming(argv: Sequence[str], *, emit: Emit, tier: Optional[int], cwd: 
         read_fd, write_fd = os.pipe()
         env = dict(env, GPUWS_EVENT_FD=str(write_fd))
     try:
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                pass_fds=(write_fd,) if child_events else ())
+        if spawn is not None:
+            proc = spawn(list(argv), cwd, env, (write_fd,) if child_events else ())
+        else:
+            proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    pass_fds=(write_fd,) if child_events else ())
     except BaseException:
         if read_fd >= 0:
             os.close(read_fd)

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import wire
 from .safefiles import open_regular, read_regular, read_tail
@@ -306,8 +306,13 @@ def list_runs() -> List[Dict[str, Any]]:
     return out
 
 
-def start_worker(spec: Dict[str, Any], run_id: Optional[str] = None) -> Dict[str, Any]:
-    """Create the run dir and start a detached worker; returns the run's status dict."""
+def start_worker(spec: Dict[str, Any], run_id: Optional[str] = None,
+                 fork_session: Optional[str] = None) -> Dict[str, Any]:
+    """Create the run dir and start a detached worker; returns the run's status dict.
+
+    ``fork_session``: ``FD:DIR`` of serve's fork-server lifeline (``forkserver.Lifeline``)
+    for a run that uses it: the worker inherits that pipe's read end, nothing else.
+    """
     ensure_private_dir(cache_root())
     ensure_private_dir(runs_root())
     run_id = run_id or new_run_id()
@@ -323,10 +328,15 @@ def start_worker(spec: Dict[str, Any], run_id: Optional[str] = None) -> Dict[str
         # start_new_session: the worker gets its own session and process group, so a
         # dropped SSH link (SIGHUP to the session) does not reach it and Cancel can
         # kill the whole group (ncu, the workload) at once.
+        env: Optional[Dict[str, str]] = None
+        pass_fds: Tuple[int, ...] = ()
+        if fork_session is not None:
+            env = dict(os.environ, GPUWS_FORKSERVER=fork_session)
+            pass_fds = (int(fork_session.split(":", 1)[0]),)
         proc = subprocess.Popen(
             [sys.executable, agent_entry(), "worker", run_id],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True,
-            start_new_session=True, cwd=rdir,
+            start_new_session=True, cwd=rdir, env=env, pass_fds=pass_fds,
         )
     finally:
         os.close(log)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import stat
 import time
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 
 class NotRegular(OSError):
@@ -136,3 +137,29 @@ def read_tail(path: str, limit: int) -> bytes:
         return b"".join(parts)
     finally:
         os.close(fd)
+
+
+def read_json_dict(path: str) -> Dict[str, Any]:
+    """A JSON object this pod's agent wrote (what it learnt), or ``{}`` when there is none
+    or it is not one: such files are a cache, and a damaged one only costs a retry."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_json_best_effort(path: str, data: Dict[str, Any]) -> None:
+    """Write ``data`` whole or not at all (a temp file renamed over ``path``); a full or
+    read-only cache leaves the old file and no temp file behind."""
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass

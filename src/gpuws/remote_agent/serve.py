@@ -29,6 +29,19 @@ class Server:
         self._telemetry_interval = 0.0
         self._telemetry_thread: Optional[threading.Thread] = None
         self._followers: Dict[str, threading.Event] = {}
+        #: The fork servers' lifeline (``forkserver.Lifeline``), made by the first run
+        #: that asks for one; it ends when this process does.
+        self._lifeline: Optional[Any] = None
+        self._lifeline_lock = threading.Lock()
+
+    def lifeline(self) -> str:
+        """``FD:DIR`` for a worker whose run uses a fork server (made on first use)."""
+        with self._lifeline_lock:
+            if self._lifeline is None:
+                from .forkserver import Lifeline
+
+                self._lifeline = Lifeline()
+            return str(self._lifeline.env_value())
 
     # -- plumbing
     def send(self, event: Dict[str, Any]) -> None:
@@ -166,7 +179,10 @@ def _start_run(msg: Dict[str, Any], srv: Server) -> None:
         if not isinstance(run_id, str):
             raise ValueError("run_id must be a string")
         runs.run_dir(run_id)  # a malformed id ("" included) is refused, never replaced
-    started = runs.start_worker(spec, run_id)
+    fork_server = spec.get("fork_server", False)
+    if not isinstance(fork_server, bool):
+        raise ValueError("spec.fork_server must be true or false")
+    started = runs.start_worker(spec, run_id, srv.lifeline() if fork_server else None)
     srv.reply(msg.get("req"), "run_list", runs=[_run_info(runs.run_status(started["run_id"]))])
     srv.follow(started["run_id"], 0, live=True)
 
@@ -298,6 +314,7 @@ SPEC_FIELDS: FrozenSet[str] = frozenset((
     "cold", "kernel_regex", "launch_skip", "launch_count", "ncu_set", "ncu_sections",
     "replay_mode", "clock_control", "cache_control", "ncu_path", "file_name", "file_b64", "env",
     "timeout_s", "install_cupy", "profile_iters", "gpu", "workspace", "max_tier3_s",
+    "fork_server",
 ))
 
 HANDLERS: Dict[str, Handler] = {
@@ -349,4 +366,6 @@ def main() -> int:
         if line.strip():
             srv.handle(line)
     srv.stop.set()
+    if srv._lifeline is not None:
+        srv._lifeline.close()  # the connection's fork servers end with it
     return 0

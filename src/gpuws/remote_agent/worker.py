@@ -66,6 +66,8 @@ class RunContext:
         self.hash_budget_s = HASH_BUDGET_S
         self.hash_budget_bytes = HASH_BUDGET_BYTES
         self.max_artifacts = MAX_ARTIFACTS
+        #: How the run's children start, decided once (``tiers.launcher``).
+        self.launch: Dict[str, Any] = {}
 
     def announce_artifacts(self) -> None:
         """Emit an ``artifact`` event for every new regular file under the artifact dir.
@@ -260,6 +262,9 @@ def main(run_id: str) -> int:
         procs.terminate_children()
 
     signal.signal(signal.SIGTERM, on_term)
+    from .forkserver import take_session
+
+    take_session(os.environ)  # before the run's environment is copied from ours
     ctx = RunContext(run_id, spec, emit)
     start = time.time()
     replaced = choose_gpu(ctx)

@@ -546,8 +546,35 @@ def _write_file(dirs: _Dirs, parts: List[str], mode: int, sha: str,
     except FileNotFoundError:
         pass
     os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    if name.endswith(".py"):
+        _drop_bytecode(dir_fd, name[:-3])
     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     return [sha, mode, st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _drop_bytecode(dir_fd: int, stem: str) -> None:
+    """Remove ``__pycache__/STEM.*.pyc`` beside a module just written.
+
+    Python trusts a .pyc whose recorded source mtime (whole seconds) and size match the
+    file: an edit of the same size synced within the second of the last import (``BLOCK
+    = 64`` to ``BLOCK = 32``, which ``gpuws watch`` makes a second's work) would run the
+    old code. Never follows a link (a planted ``__pycache__`` link is not entered).
+    """
+    try:
+        fd = os.open("__pycache__", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+                     dir_fd=dir_fd)
+    except OSError:
+        return
+    try:
+        for entry in os.listdir(fd):
+            # STEM.cpython-311.pyc, STEM.cpython-311.opt-1.pyc (a module's name has no dot).
+            if entry.startswith(stem + ".") and entry.endswith(".pyc"):
+                try:
+                    os.unlink(entry, dir_fd=fd)
+                except OSError:
+                    pass
+    finally:
+        os.close(fd)
 
 
 def resolve_file(name: str, path: str) -> str:

@@ -94,7 +94,6 @@ class PullResult:
         resumed_from: bytes of an earlier ``.part`` kept (0 when it started afresh).
         refetched: why a file already marked pulled was fetched again (its local copy
             was missing, of another size or another sha256), or ``None``.
-        already_pulled: another pull had already brought it home (nothing was fetched).
     """
 
     name: str
@@ -103,7 +102,6 @@ class PullResult:
     seconds: float
     resumed_from: int
     refetched: str | None = None
-    already_pulled: bool = False
 
 
 class PullSource(Protocol):
@@ -477,48 +475,7 @@ async def _verified(session_id: str, art: ArtifactRow) -> tuple[Path, str | None
     return final, await asyncio.to_thread(local_problem, final, art.size, art.sha256)
 
 
-def _current(store: Store, art: ArtifactRow) -> ArtifactRow:
-    return next((a for a in store.artifacts(art.run_id) if a.name == art.name), art)
-
-
 # ----------------------------------------------------------------------------- public
-async def pull_one(client: PullSource, store: Store, session_id: str, art: ArtifactRow,
-                   progress: Progress | None = None, *, limits: PullConfig | None = None,
-                   lock_wait: float = LOCK_WAIT_S) -> PullResult:
-    """Pull one artifact (resuming a ``.part``) and record it in the store.
-
-    Takes the run's pull lock, then reads the artifact's row again: if another pull
-    brought it home meanwhile and the copy checks out, nothing is fetched
-    (``already_pulled``); a row marked pulled whose copy is gone or differs is fetched
-    again (``refetched`` says why).
-
-    Args:
-        client: the link to the pod holding the file (an agent client, or an
-            :class:`SftpSource`).
-        store: the session store (the artifact must be recorded there).
-        session_id: the run's session (names the artifact directory).
-        art: the artifact, as announced.
-        progress: called with (name, bytes done, bytes total) as bytes arrive.
-        limits: the config's ``[pull]`` bounds (its defaults when ``None``); one
-            artifact is held to the size ceiling and the stall timeout.
-        lock_wait: seconds to wait for another pull of the same run.
-
-    Raises:
-        TransferError: refused (name, destination, size), cut off, or a sha256 mismatch.
-    """
-    limits = limits or PullConfig()
-    async with run_lock(session_id, art.run_id, lock_wait):
-        current = _current(store, art)
-        why: str | None = None
-        if current.status == "pulled":
-            t0 = time.monotonic()
-            final, why = await _verified(session_id, current)
-            if why is None:
-                return PullResult(current.name, final, current.size, time.monotonic() - t0, 0,
-                                  already_pulled=True)
-        return await _fetch(client, store, session_id, current, progress, limits, why)
-
-
 async def pull_run(client: PullSource, store: Store, session_id: str, run_id: str,
                    progress: Progress | None = None, *, limits: PullConfig | None = None,
                    lock_wait: float = LOCK_WAIT_S) -> list[PullResult]:

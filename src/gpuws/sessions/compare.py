@@ -546,3 +546,23 @@ def caution_lines(c: Comparison) -> list[str]:
 def comparison_json(c: Comparison) -> str:
     """The comparison as indented JSON (stable field order)."""
     return msgspec.json.format(msgspec.json.encode(c), indent=2).decode("utf-8")
+
+
+def verdict_word(c: Tier1Comparison | None) -> str:
+    """faster / slower / no difference (at 95%), from the CI of the ratio of medians."""
+    if c is None:
+        return ""
+    if c.within_noise:
+        return "no difference"
+    return "faster" if c.speedup > 1.0 else "slower"
+
+
+def change_text(c: Tier1Comparison | None) -> str:
+    """``-2.1% [-2.4, -1.8] faster``: time change of B against A with its 95% CI (what
+    ``gpuws watch`` prints per iteration and the export's watch table shows)."""
+    if c is None:
+        return "—"
+    pct = (1.0 / c.speedup - 1.0) * 100.0
+    lo = (1.0 / c.ci_high - 1.0) * 100.0
+    hi = (1.0 / c.ci_low - 1.0) * 100.0
+    return f"{pct:+.1f}% [{lo:+.1f}, {hi:+.1f}] {verdict_word(c)}"

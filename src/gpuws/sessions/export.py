@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -23,7 +24,15 @@ from gpuws import __version__, protocol
 from gpuws.errors import StoreError
 from gpuws.gpu import clocks, evidence, gpus
 from gpuws.live import verdicts
-from gpuws.sessions.compare import Comparison, compare_runs, gpu_rows, run_gpu
+from gpuws.sessions.compare import (
+    Comparison,
+    change_text,
+    code_comparison,
+    compare_runs,
+    compare_samples,
+    gpu_rows,
+    run_gpu,
+)
 from gpuws.sessions.cost import Economics, economics
 from gpuws.sessions.fleet import cells, columns, failure_lines, fleet_comparison, notes
 from gpuws.sessions.store import ArtifactRow, KernelMetricsRow, RunRow, SessionRow, Store
@@ -70,7 +79,9 @@ def export_session(store: Store, session_id: str, now: float | None = None) -> s
         out += ["", "### Session diagnoses", ""]
         for d in session_diagnoses:
             out += _diagnosis(d)
-    for run in store.runs(session.id):
+    runs = store.runs(session.id)
+    out += _watch_iterations(store, runs)
+    for run in runs:
         out += [""]
         out += _run_section(store, run)
     out += ["", "## Economics", ""]
@@ -557,6 +568,43 @@ def _diagnosis(d: protocol.Diagnosis) -> list[str]:
     for r in d.remedies:
         out.append(f"  - Remedy: {_esc(r)}")
     return out
+
+
+def _watch_iterations(store: Store, runs: list[RunRow]) -> list[str]:
+    """The optimisation as ``gpuws watch`` saw it (its runs say so: ``fork_server``): one
+    row per save, its code, its median and the change against the previous iteration and
+    the first, with the same 95% verdict the loop printed."""
+    its = [r for r in runs if r.spec is not None and r.spec.fork_server]
+    if not its:
+        return []
+    rows: list[list[str]] = []
+    first: list[float] | None = None
+    prev: list[float] | None = None
+    prev_id = ""
+    for n, run in enumerate(its, 1):
+        samples = store.samples(run.run_id)
+        code = store.code(run.run_id)
+        changed = "start"
+        if prev_id:
+            changes = code_comparison(store, prev_id, run.run_id)["code_changes"]
+            changed = "—" if changes is None else ", ".join(
+                _code(c) for c in changes[:5]) + (f" +{len(changes) - 5}"
+                                                   if len(changes) > 5 else "") or "same code"
+        prev_id = run.run_id
+        cells = [str(n), _code(run.run_id), _code(code.short()) if code else "—", changed]
+        if not samples:
+            rows.append([*cells, _esc(run.status), "—", "—"])
+            continue
+        rows.append([*cells, _ms(statistics.median(samples)),
+                     _esc(change_text(compare_samples(prev, samples))) if prev else "—",
+                     _esc(change_text(compare_samples(first, samples))) if first else "—"])
+        first = first or samples
+        prev = samples
+    return ["", "## Watch iterations", "",
+            *_table(["#", "run", "code", "changed", "median", "vs previous", "vs first"],
+                    rows),
+            "", "Changes are of the median time per call, with the 95% CI of the ratio of "
+                "medians (bootstrap); \"no difference\" when that CI holds 1."]
 
 
 def _comparison(c: Comparison) -> list[str]:

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from gpuws import protocol
 from gpuws.remote_agent.measure.stats import (
     EXACT_MAX_N,
-    ci_coverage,
     ci_reached,
     median_ci_ranks,
     percentile,
@@ -29,6 +28,13 @@ from gpuws.remote_agent.measure.stats import (
 def _tail(n: int, below: int) -> Fraction:
     """P(B ≤ below) for B ~ Binomial(n, 1/2), exactly."""
     return Fraction(sum(math.comb(n, i) for i in range(below + 1)), 2**n)
+
+
+def ci_coverage(n: int) -> Fraction:
+    """Exact probability that the 95% interval of ``median_ci_ranks`` covers the median:
+    P(l ≤ B ≤ n-l) = 1 - 2·P(B ≤ l-1). (A check of the ranks; the agent never needs it.)"""
+    low, _ = median_ci_ranks(n)
+    return 1 - 2 * _tail(n, low - 1)
 
 
 def _exact_low_rank(n: int) -> int:
@@ -54,9 +60,8 @@ def test_exact_ranks_match_the_definition_and_are_tight() -> None:
         low, high = median_ci_ranks(n)
         assert low == _exact_low_rank(n), n
         assert high == n - low + 1
-        assert 1 - 2 * _tail(n, low - 1) >= Fraction(95, 100)  # covers ≥ 95%
+        assert ci_coverage(n) >= Fraction(95, 100)  # covers ≥ 95%
         assert 1 - 2 * _tail(n, low) < Fraction(95, 100)  # one rank inward would not
-        assert ci_coverage(n) == pytest.approx(float(1 - 2 * _tail(n, low - 1)))
 
 
 @pytest.mark.parametrize("n", [EXACT_MAX_N + 1, 1708, 2156, 4001])
@@ -68,7 +73,7 @@ def test_normal_approximation_is_within_one_rank_and_conservative(n: int) -> Non
 
 
 def test_small_n_falls_back_to_min_max() -> None:
-    assert ci_coverage(5) == pytest.approx(1 - 2 / 32)  # below 95%: never "reached"
+    assert ci_coverage(5) == 1 - Fraction(2, 32)  # below 95%: never "reached"
     assert not ci_reached([1.0] * 5, 0.5)
     assert ci_reached([1.0] * 6, 0.0)
 

@@ -104,7 +104,8 @@ def test_find_nvcc_follows_symlinks_and_exec_wrappers(tree: dict[str, Path]) -> 
     found = tools.find_nvcc(path_env=str(tree["bin"]), environ={"CUDA_HOME": str(
         tree["local"] / "cuda")}, local=str(tree["local"]))
     assert found == [str(tree["nvcc"])]
-    assert tools.toolkit_installs(found) == [
+    # What all_installs (the probe's) runs for each nvcc found.
+    assert [tools.run_version(p, tools.parse_nvcc_version) for p in found] == [
         {"path": str(tree["nvcc"]), "version": "13.0.88", "error": None}]
 
 

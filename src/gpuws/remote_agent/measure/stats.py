@@ -82,14 +82,6 @@ def median_ci_ranks(n: int, confidence: float = 0.95) -> Tuple[int, int]:
     return low, n - low + 1
 
 
-def ci_coverage(n: int, confidence: float = 0.95) -> float:
-    """Exact probability that the interval of :func:`median_ci_ranks` covers the median."""
-    low, _ = median_ci_ranks(n, confidence)
-    # P(l ≤ B ≤ n-l) = 1 - 2·P(B ≤ l-1), summed exactly in integers and divided once.
-    below = sum(math.comb(n, i) for i in range(low))
-    return float(1 - Fraction(2 * below, 1 << n))
-
-
 def summarize(samples_ms: Sequence[float], confidence: float = 0.95) -> Dict[str, int | float]:
     """Statistics of timing samples, shaped like ``protocol.TimingStats``.
 

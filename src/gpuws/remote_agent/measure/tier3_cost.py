@@ -29,10 +29,11 @@ Standard library only (Python 3.8). Pure: no process runs here.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..safefiles import read_json_dict, write_json_best_effort
 
 #: Replay passes measured per section list (ncu 2025.3.1, H200; docs/performance.md).
 DEFAULT_PASSES = 27
@@ -81,13 +82,7 @@ def _learnt_path(cache: str) -> str:
 
 def learnt(cache: str) -> Dict[str, int]:
     """``{plan key: passes ncu said}`` as this pod learnt them (empty if none)."""
-    try:
-        with open(_learnt_path(cache), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
+    data = read_json_dict(_learnt_path(cache))
     return {str(k): int(v) for k, v in list(data.items())[:MAX_LEARNT]
             if isinstance(v, int) and 0 < v <= 10_000}
 
@@ -103,16 +98,8 @@ def remember_passes(cache: str, key: str, passes: int) -> None:
     data[key] = passes
     while len(data) > MAX_LEARNT:
         data.pop(next(iter(data)))
-    tmp = _learnt_path(cache) + ".tmp.%d" % os.getpid()
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-        os.replace(tmp, _learnt_path(cache))
-    except OSError:  # a full or read-only cache costs only the next estimate's accuracy
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    # A full or read-only cache costs only the next estimate's accuracy.
+    write_json_best_effort(_learnt_path(cache), dict(data))
 
 
 def passes_for(ncu_set: Optional[str], sections: Optional[Sequence[str]],

@@ -50,10 +50,11 @@ class Pod:
     which ncu fits; None: the first GPU.
     """
 
-    def __init__(self, gpu_index: Optional[int] = None) -> None:
+    def __init__(self, gpu_index: Optional[int] = None,
+                 facts: Optional[Dict[str, Any]] = None) -> None:
         from ..pod.probe import probe
 
-        self.facts = probe()
+        self.facts = probe() if facts is None else facts
         gpus = self.facts.get("gpus") or []
         mine = [g for g in gpus if g.get("index") == gpu_index] or gpus[:1]
         self.cc: Optional[str] = mine[0].get("compute_capability") if mine else None
@@ -138,7 +139,12 @@ def execute(ctx: "RunContext") -> None:
     if ctx.work_dir != ctx.run_dir and not os.path.isdir(ctx.work_dir):
         raise WorkloadError("the workspace %s is not on this pod: sync it first (gpuws run "
                             "-W DIR sends it)" % ctx.spec.get("workspace"))
-    pod = Pod(run_gpu_index(ctx))
+    facts = None
+    if ctx.spec.get("fork_server"):
+        from ..forkserver import session_probe
+
+        facts = session_probe()  # a watch's pod, probed once for all its iterations
+    pod = Pod(run_gpu_index(ctx), facts)
     ctx.python_choice = pod.python
     if ref.kind == "cmd":
         run_command(ctx, ref.target, pod)
@@ -334,14 +340,34 @@ def declared_regex(ref: Any) -> Optional[str]:
         return None
 
 
+#: The child modes a fork server may start (:mod:`..forkserver`): those run as a plain
+#: child. ``exec`` and ``torchprof`` run under nsys, ncu or torch.profiler, which must
+#: start the process themselves.
+FORKABLE = ("tier1", "static")
+
+
 def run_child(ctx: "RunContext", mode: str, *args: str, tier: int) -> procs.ProcResult:
+    spawn = launcher(ctx) if mode in FORKABLE else None
     result = procs.run_streaming(child_argv(ctx, mode, *args), emit=ctx.emit, tier=tier,
                                  cwd=ctx.work_dir, env=ctx.env, child_events=True,
-                                 timeout_s=ctx.spec.get("timeout_s"))
+                                 timeout_s=ctx.spec.get("timeout_s"), spawn=spawn)
     if result.returncode != 0 and not procs.CANCELLED["flag"]:
         last = (result.stderr_tail.strip().splitlines() or ["exit %d" % result.returncode])[-1]
         raise WorkloadError("the workload failed in %s: %s" % (mode, last))
     return result
+
+
+def launcher(ctx: "RunContext") -> Optional[procs.Spawn]:
+    """The fork server's spawn for runs that asked for it (``RunSpec.fork_server``: the
+    runs of ``gpuws watch``), found or started once per run; None: a fresh process."""
+    if not ctx.spec.get("fork_server"):
+        return None
+    if "spawn" not in ctx.launch:
+        from ..forkserver import launcher_for
+
+        ctx.launch["spawn"] = launcher_for(ctx)
+    spawn: Optional[procs.Spawn] = ctx.launch["spawn"]
+    return spawn
 
 
 def tier1(ctx: "RunContext") -> Dict[str, Any]:
@@ -371,8 +397,11 @@ def tier1(ctx: "RunContext") -> Dict[str, Any]:
                 sampler.mark(edge)
             if edge == "start":
                 window.open()
-                measured.setdefault("setup_s", time.time() - t0)
-                measured["setup_basis"] = "the Tier-1 child's start and setup"
+                if launcher(ctx) is None:
+                    # A forked child skips the imports a profiled process (Tier 3's)
+                    # pays: its start is no estimate of theirs.
+                    measured.setdefault("setup_s", time.time() - t0)
+                    measured["setup_basis"] = "the Tier-1 child's start and setup"
             elif edge == "end":
                 window.close()
             return  # the child's private marker: never in the run's log

@@ -264,12 +264,6 @@ def nsys_installs(paths: list[str] | None = None) -> list[dict[str, Any]]:
     return _mark_bundled(paths, _versions([(p, parse_nsys_version) for p in usable]))
 
 
-def toolkit_installs(paths: list[str] | None = None) -> list[dict[str, Any]]:
-    """``protocol.ToolInstall`` dicts for every nvcc (default: :func:`find_nvcc`)."""
-    paths = find_nvcc() if paths is None else paths
-    return _versions([(p, parse_nvcc_version) for p in paths])
-
-
 def all_installs() -> dict[str, list[dict[str, Any]]]:
     """ncu, nsys and nvcc installs at once, every ``--version`` run in parallel.
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import json
 import os
 import re
 from typing import Dict, List, Optional, Tuple
+
+from ..safefiles import read_json_dict, write_json_best_effort
 
 _NO_IMPORTER = ("Unable to retrieve the importer version", "skipping importation of the QDSTRM")
 _PARTIAL = ("Importation succeeded with non-fatal errors", "Analysis failed with",
@@ -99,13 +100,7 @@ def _learnt_path(cache: str) -> str:
 
 def learnt(cache: str) -> Dict[str, List[str]]:
     """``{nsys path: [workload keys it traced only in part]}`` (empty if none)."""
-    try:
-        with open(_learnt_path(cache), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
+    data = read_json_dict(_learnt_path(cache))
     return {str(k): [str(c) for c in v] for k, v in data.items()
             if isinstance(v, list)}
 
@@ -122,13 +117,5 @@ def remember_partial(cache: str, nsys: str, key: str) -> None:
         return
     seen.append(key)
     del seen[:-MAX_LEARNT]
-    tmp = _learnt_path(cache) + ".tmp.%d" % os.getpid()
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-        os.replace(tmp, _learnt_path(cache))
-    except OSError:  # a full or read-only cache only costs the next run a retry
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    # A full or read-only cache only costs the next run a retry.
+    write_json_best_effort(_learnt_path(cache), dict(data))
