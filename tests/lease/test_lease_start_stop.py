@@ -162,3 +162,27 @@ def test_host_actions_refuse_nonsense_and_survive_a_reopen(tmp_path: Path) -> No
         assert [(r.host, r.action, r.ok) for r in store.host_actions()] == [
             ("pod", "start", True), ("other", "stop", False)]
         assert [r.host for r in store.host_actions("other")] == ["other"]
+
+
+def test_the_export_shows_billed_time_beside_connected_time(
+        pod: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 22, point 4: from the start gpuws performed to its stop is what the provider
+    bills; the session's connected time is a part of it, the rest named."""
+    start, stop = _start_stop_scripts(pod, tmp_path)
+    _config(tmp_path, monkeypatch, start, stop)
+    monkeypatch.setenv("GPUWS_HOME", str(tmp_path / "home"))
+    ssh = str(pod.client_files(tmp_path / "ssh"))
+    assert main(["start", "pod", "-F", ssh, "--wait", "30"]) == 0
+    assert main(["run", "pod", "-F", ssh, "-w", "cmd:true", "--rate", "3.6"]) == 0
+    assert main(["stop", "pod", "-F", ssh, "--wait", "30"]) == 0
+    capsys.readouterr()
+    with Store() as store:
+        (session,) = store.sessions()
+        start_row, stop_row = store.host_actions("pod")
+    assert main(["export", session.id]) == 0
+    md = capsys.readouterr().out
+    billed = stop_row.ended - start_row.started
+    assert "Billed time: " in md and "from the start gpuws performed" in md, md
+    assert "was billed with nobody connected" in md
+    assert billed > (session.ended or 0) - session.started  # more than the connected time

@@ -64,12 +64,35 @@ async def stop(args: argparse.Namespace) -> int:
 
 
 async def _stop(args: argparse.Namespace, argv: list[str]) -> None:
+    await _release_lease(args)
     await run_command(argv, "stop", args.host, timeout_s=args.timeout)
     if not await wait_for(args, answering=False):
         raise LeaseError(f"the stop did not stop: {args.host} still answers SSH "
                          f"{args.wait:g} s after `{argv[0]}`",
                          remedy="it may still bill: stop it in the provider's console, "
                                 "and check the host's `stop` in the config")
+
+
+async def _release_lease(args: argparse.Namespace) -> None:
+    """Release the pod's lease first, where the pod answers: stopped by the laptop, it
+    must not be stopped again (or at all, if the stop command turns out to do nothing)
+    by a lease still armed. A pod that does not answer has no lease to release."""
+    if not await answers(args):
+        return
+    from .common import connect
+
+    try:
+        client = await asyncio.wait_for(connect(args), 60)
+    except (TimeoutError, GpuwsError):
+        return
+    try:
+        await client.lease(release=True)
+        print(f"{args.host}: its lease released", file=sys.stderr)
+    except GpuwsError as exc:
+        print(f"{args.host}: its lease could not be released ({exc.one_line()})",
+              file=sys.stderr)
+    finally:
+        await client.close()
 
 
 @contextmanager
