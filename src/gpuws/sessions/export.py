@@ -87,6 +87,7 @@ def export_session(store: Store, session_id: str, now: float | None = None) -> s
         out += _run_section(store, run)
     out += ["", "## Economics", ""]
     out += _economics(econ)
+    out += _billed(store, session, econ)
     out += ["", f"<sub>Exported by gpuws {__version__}.</sub>", ""]
     # Every pod string above went through _esc/_code; this pass guarantees that whatever a
     # section forgets, no control character reaches the file or a terminal.
@@ -691,6 +692,38 @@ def _economics(e: Economics) -> list[str]:
     out += ["", "Phases may overlap (a transfer during a tier); busy time counts overlaps once, "
                 "and the session's cost is its connected time × the rate."]
     return out
+
+
+def _billed(store: Store, session: SessionRow, e: Economics) -> list[str]:
+    """What the provider bills (issue 22, point 4): from the start gpuws performed before
+    this session to the stop it performed after, beside the connected time, the rest named
+    as billed with nobody connected. Nothing when gpuws neither started nor stopped it."""
+    actions = [a for a in store.host_actions(session.host) if a.ok]
+    end = session.ended if session.ended is not None else time.time()
+    start = next((a for a in reversed(actions)
+                  if a.action == "start" and a.started <= session.started), None)
+    if start is not None and any(a.action == "stop" and start.started < a.started
+                                 <= session.started for a in actions):
+        start = None  # stopped again before this session: that start billed another stretch
+    stop = next((a for a in actions if a.action == "stop" and a.started >= session.started),
+                None)
+    if start is None and stop is None:
+        return []
+    rate = e.rate_usd_per_hour
+    if start is not None and stop is not None:
+        billed = stop.ended - start.started
+        idle = max(0.0, billed - e.connected_s)
+        cost = f" at {_usd(rate)}/hour: {_usd(billed * rate / 3600.0)}" if rate else ""
+        return ["", f"Billed time: {_dur(billed)}{cost}, from the start gpuws performed "
+                    f"({_when(start.started)}) to its stop ({_when(stop.ended)}); connected "
+                    f"{_dur(e.connected_s)} of it, so {_dur(idle)} was billed with nobody "
+                    "connected."]
+    if start is not None:
+        return ["", f"The pod was started by gpuws at {_when(start.started)} and no stop was "
+                    f"recorded after this session (ended {_when(end)}): it may still bill."]
+    assert stop is not None
+    return ["", f"Stopped by gpuws at {_when(stop.ended)}; its start was not gpuws's, so the "
+                "billed time before the session is not known here."]
 
 
 # ----------------------------------------------------------------------------- markdown
