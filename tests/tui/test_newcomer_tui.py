@@ -5,15 +5,25 @@ launcher that kept Tier 1 ticked for commands and forgot the kernel."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from textual.pilot import Pilot
+from textual.widgets import DataTable
 
 from gpuws import protocol
-from gpuws.tui.app import GpuwsApp, StartHome
+from gpuws.live.storeio import StoreHandle
+from gpuws.tui.app import GpuwsApp, StartHome, StartReplay
 from gpuws.tui.messages import RunEvents
+from gpuws.tui.screens.home import HomeScreen
 from gpuws.tui.screens.run import RunScreen
-from tui.tuikit import recorded_events, until  # type: ignore[import-not-found]
+from gpuws.tui.screens.sessions import SessionsScreen
+from tui.tuikit import (  # type: ignore[import-not-found]
+    RECORDING,
+    fill_store,
+    recorded_events,
+    until,
+)
 
 NO_SSH_CONFIG = "/nonexistent/gpuws-test/ssh_config"
 
@@ -54,4 +64,43 @@ async def test_a_live_runs_clock_moves_between_events_and_stops_at_the_end() -> 
         clock.now = started + 600  # the run's end, not the clock, decides what it reads
         await until(pilot, lambda: not screen.clock_running)
         assert f" {finished.wall_s:.1f} s" in screen.sub_title, screen.sub_title
+        await app.shutdown()
+
+
+async def test_esc_leaves_a_replay_while_it_plays() -> None:
+    """The footer's "esc Leave replay" leaves mid-play too (a paced replay, not finished:
+    tests/security/test_untrusted_replay.py covers the finished one), exit status 0."""
+    app = GpuwsApp(StartReplay(str(RECORDING), speed=0.05), store=StoreHandle.throwaway())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen)
+                    and bool(app.screen.query("RunPanes"))
+                    and app.screen.panes.model.started is not None)
+        screen = app.screen
+        assert isinstance(screen, RunScreen) and screen.panes.model.finished is None
+        # The footer offers it (the one of esc's three meanings that is true here).
+        assert "Leave replay" in {b.binding.description for b in
+                                  screen.active_bindings.values() if b.enabled}
+        await pilot.press("escape")
+        await until(pilot, lambda: app.return_code is not None)
+    assert app.return_code == 0
+
+
+async def test_esc_leaves_a_stored_runs_replay_back_to_sessions() -> None:
+    """Opened from Sessions, esc goes back to Sessions (gpuws goes on)."""
+    fill_store()
+    app = GpuwsApp(StartHome(), ssh_config=NO_SSH_CONFIG)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, HomeScreen)
+                    and any(t.row_count for t in app.screen.query("#hosts").results(DataTable)))
+        app.open_sessions()
+        await until(pilot, lambda: isinstance(app.screen, SessionsScreen)
+                    and any(t.row_count for t in app.screen.query("#runs").results(DataTable)))
+        sessions = app.screen
+        await pilot.press("tab", "enter")  # the runs table; Enter replays the run
+        await until(pilot, lambda: isinstance(app.screen, RunScreen)
+                    and bool(app.screen.query("RunPanes"))
+                    and app.screen.panes.model.finished is not None)
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is sessions)
+        assert app.return_code is None
         await app.shutdown()
