@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from textual.pilot import Pilot
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Input
 
 from gpuws import protocol
 from gpuws.live.storeio import StoreHandle
@@ -103,4 +103,27 @@ async def test_esc_leaves_a_stored_runs_replay_back_to_sessions() -> None:
         await pilot.press("escape")
         await until(pilot, lambda: app.screen is sessions)
         assert app.return_code is None
+        await app.shutdown()
+
+
+async def test_home_types_a_host_name_into_the_box_and_no_hotkey_fires() -> None:
+    """The "Connect to" box looked focused but was not: typing "server-1" opened Sessions
+    at the "s". The box has the focus when Home opens, every letter goes into it, the footer
+    offers no letter key then; ↓ leads to the hosts, where the letters are keys again."""
+    app = GpuwsApp(StartHome(), ssh_config=NO_SSH_CONFIG)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, HomeScreen)
+                    and any(t.row_count for t in app.screen.query("#hosts").results(DataTable)))
+        home = app.screen
+        box = home.query_one("#dest", Input)
+        assert app.focused is box
+        await pilot.press(*"server-1", "question_mark", "q", "c", "slash")
+        await pilot.wait_for_scheduled_animations()
+        assert app.screen is home and box.value == "server-1?qc/"
+        offered = {b.binding.key for b in home.active_bindings.values() if b.enabled}
+        assert "down" in offered and not offered & {"s", "q", "question_mark", "slash,c"}
+        await pilot.press("down")
+        await until(pilot, lambda: isinstance(app.focused, DataTable))
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, SessionsScreen))
         await app.shutdown()
