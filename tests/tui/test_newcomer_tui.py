@@ -5,7 +5,6 @@ launcher that kept Tier 1 ticked for commands and forgot the kernel."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from textual.pilot import Pilot

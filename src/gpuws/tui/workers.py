@@ -211,16 +211,20 @@ async def export(app: GpuwsApp, session_id: str) -> None:
     """Write the session as markdown (atomically) and say where."""
     text = await app.store.call(lambda s: export_session(s, session_id, now=app.now()))
     path = app.exports_dir() / f"gpuws-session-{session_id}.md"
-    await asyncio.to_thread(_write_atomic, path, text)
-    app.notify(f"{path} ({len(text)} bytes)", title="Session exported", timeout=15, markup=False)
-    app.post_to_screens(SessionsScreen, lambda: Exported(session_id, str(path), len(text)))
+    size = await asyncio.to_thread(write_atomic, path, text)
+    app.notify(f"{path} ({size:,} bytes)", title="Session exported", timeout=15, markup=False)
+    app.post_to_screens(SessionsScreen, lambda: Exported(session_id, str(path), size))
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> int:
+    """Write ``text`` as UTF-8, whole or not at all; the bytes written (a count of
+    characters said 2,112 bytes of a file of 2,140: µ, ±, → and — take two or three)."""
     ensure_private_dir(path.parent)  # reports name hosts and commands
+    data = text.encode("utf-8")
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_bytes(data)
     os.replace(tmp, path)  # never leave a half-written report behind
+    return len(data)
 
 
 async def set_baseline_of(app: GpuwsApp, run_id: str, baseline: str) -> None:
