@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input
 
 from gpuws import protocol
 from gpuws.live.storeio import StoreHandle
+from gpuws.sessions.store import Store
 from gpuws.tui.app import GpuwsApp, StartHome, StartReplay
 from gpuws.tui.messages import RunEvents
 from gpuws.tui.screens.home import HomeScreen
@@ -125,4 +127,33 @@ async def test_home_types_a_host_name_into_the_box_and_no_hotkey_fires() -> None
         await until(pilot, lambda: isinstance(app.focused, DataTable))
         await pilot.press("s")
         await until(pilot, lambda: isinstance(app.screen, SessionsScreen))
+        await app.shutdown()
+
+
+@pytest.mark.parametrize("width", [80, 160])
+async def test_sessions_show_run_ids_whole(width: int) -> None:
+    """Run ids were cut on Sessions even at 160 columns ("vs 20261121-130950-9ba1"); a
+    recording's ids may be 64 characters long (the agent's RUN_ID_RE)."""
+    sid, run_id = fill_store()
+    longest = "r" + "0123456789abcdef" * 3 + "-longest-run-id"
+    with Store() as store:
+        store.ingest_many(sid, recorded_events(longest))
+        store.set_baseline_of(longest, run_id)
+    app = GpuwsApp(StartHome(), ssh_config=NO_SSH_CONFIG)
+    async with app.run_test(size=(width, 40)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, HomeScreen)
+                    and any(t.row_count for t in app.screen.query("#hosts").results(DataTable)))
+        app.open_sessions()
+        await until(pilot, lambda: isinstance(app.screen, SessionsScreen) and any(
+            t.row_count == 2 for t in app.screen.query("#runs").results(DataTable)))
+        runs = app.screen.query_one("#runs", DataTable)
+        # What the table draws, scrolled right as far as it goes where it is wider.
+        seen = set()
+        for x in range(0, runs.virtual_size.width, max(1, runs.size.width // 2)):
+            runs.scroll_to(x=x, animate=False)
+            await pilot.pause()
+            seen |= {runs.render_line(y).text for y in range(runs.size.height)}
+        drawn = "\n".join(seen)
+        assert run_id in drawn and longest in drawn
+        assert f"vs {run_id}" in drawn
         await app.shutdown()
