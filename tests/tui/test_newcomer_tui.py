@@ -9,19 +9,27 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Input
+from textual.screen import Screen
+from textual.widgets import Checkbox, DataTable, Input, Label, Select
 
 from gpuws import protocol
+from gpuws.live.link import Target
 from gpuws.live.storeio import StoreHandle
 from gpuws.sessions.store import Store
-from gpuws.tui.app import GpuwsApp, StartHome, StartReplay
+from gpuws.tui.app import GpuwsApp, StartConnect, StartHome, StartReplay
+from gpuws.tui.hosts import last_workload
 from gpuws.tui.messages import RunEvents
+from gpuws.tui.screens.confirm import ConfirmScreen
+from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.home import HomeScreen
+from gpuws.tui.screens.launcher import LauncherScreen
 from gpuws.tui.screens.run import RunScreen
 from gpuws.tui.screens.sessions import SessionsScreen
+from gpuws.tui.widgets.marked import MarkedRadioButton
 from tui.tuikit import (  # type: ignore[import-not-found]
     RECORDING,
     fill_store,
+    h200_probe,
     recorded_events,
     until,
 )
@@ -157,3 +165,81 @@ async def test_sessions_show_run_ids_whole(width: int) -> None:
         assert run_id in drawn and longest in drawn
         assert f"vs {run_id}" in drawn
         await app.shutdown()
+
+
+def _marks(screen: Screen[Any]) -> dict[str, str]:
+    """What each workload kind's button draws (its mark and label), as text."""
+    return {b.id or "": b.render().plain for b in screen.query(MarkedRadioButton)}
+
+
+async def test_launcher_kinds_differ_by_shape_and_commands_untick_tier1() -> None:
+    """A command always skips Tier 1: it is unticked and marked so (it stayed ticked), and
+    the other kinds get back what it was. The chosen kind differs by its mark, not only by
+    colour."""
+    app = GpuwsApp(StartHome(), ssh_config=NO_SSH_CONFIG)
+    async with app.run_test(size=(100, 40)) as pilot:
+        launcher = LauncherScreen([], probe=h200_probe())
+        await app.push_screen(launcher)
+        await until(pilot, lambda: bool(launcher.query("#params Input")))
+        marks = _marks(launcher)
+        assert "●" in marks["kind-builtin"] and "○" in marks["kind-cmd"], marks
+        t1 = launcher.query_one("#t1", Checkbox)
+        assert t1.value and not t1.disabled and "✓" in t1.render().plain
+        await pilot.click("#kind-cmd")
+        await until(pilot, lambda: launcher.kind == "cmd" and t1.disabled)
+        marks = _marks(launcher)
+        assert "○" in marks["kind-builtin"] and "●" in marks["kind-cmd"], marks
+        assert not t1.value and "not for commands" in t1.render().plain
+        launcher.query_one("#cmd", Input).value = "echo hi"
+        assert launcher.options().tiers == "2,3"
+        await pilot.click("#kind-builtin")
+        await until(pilot, lambda: launcher.kind == "builtin" and not t1.disabled)
+        assert t1.value and "not for commands" not in t1.render().plain
+        await app.shutdown()
+
+
+async def test_launcher_remembers_the_kernel_and_warns_before_a_gpu_run_without_a_gpu(
+        ) -> None:
+    """On the local pod (this machine: no GPU, as its real probe says): the launcher says
+    so, asks before launching a bundled kernel (which would stop at once), and opens again
+    on the kernel and parameters chosen before."""
+    app = GpuwsApp(StartConnect(Target("local")))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        link = app.link
+        assert link is not None
+        if link.probe.gpus:
+            pytest.skip("this machine has a GPU: nothing to warn about")
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, LauncherScreen)
+                    and bool(app.screen.query("#params Input")))
+        launcher = app.screen
+        assert isinstance(launcher, LauncherScreen)
+        note = launcher.query_one("#no-gpu-note", Label)
+        assert note.display and "This pod has no GPU" in note.render().plain
+        launcher.query_one("#builtin", Select).value = "gemm"
+        await until(pilot, lambda: bool(launcher.query("#param-m")))
+        launcher.query_one("#param-m", Input).value = "1024"
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("escape")  # no: nothing starts
+        await until(pilot, lambda: app.screen is launcher)
+        assert not [w for w in app.workers if w.group == "run"]
+        await pilot.press("escape")  # back to the dashboard; the choice is remembered
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, LauncherScreen)
+                    and app.screen is not launcher and bool(app.screen.query("#param-m")))
+        again = app.screen
+        assert str(again.query_one("#builtin", Select).value) == "gemm"
+        assert again.query_one("#param-m", Input).value == "1024"
+        await app.shutdown()
+
+
+def test_the_last_workload_run_on_a_pod_is_found_for_the_launcher() -> None:
+    """Across sessions: the newest run on that pod (the h200 recording's saxpy), none for a
+    pod never used."""
+    fill_store()
+    with Store() as store:
+        assert last_workload(store, "h200") == "builtin:saxpy"
+        assert last_workload(store, "never-used") is None

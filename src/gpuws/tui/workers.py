@@ -26,7 +26,7 @@ from ..sessions.export import export_session
 from ..sessions.store import Store
 from ..text.textsafe import text as safe_text
 from ..text.textsafe import visible
-from .hosts import home_hosts, summarize_sessions
+from .hosts import home_hosts, last_workload, summarize_sessions
 from .messages import (
     ArtifactsData,
     Backfill,
@@ -120,7 +120,13 @@ async def open_launcher(app: GpuwsApp) -> None:
                                       f"{r.status}"), r.run_id))
         return out[:30]
 
-    app.push_screen(LauncherScreen(await app.store.call(candidates)))
+    # The form opens on the workload chosen last on this pod: in this session, else the
+    # last one run there (the store remembers across sessions; the kernel was forgotten).
+    host = app.link.target.host if app.link is not None else None
+    remembered = app.chosen_workloads.get(host) if host is not None else None
+    if remembered is None and host is not None:
+        remembered = await app.store.call(lambda s: last_workload(s, host))
+    app.push_screen(LauncherScreen(await app.store.call(candidates), workload=remembered))
 
 
 async def launch(app: GpuwsApp, spec: protocol.RunSpec, baseline: str | None,
