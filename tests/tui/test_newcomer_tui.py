@@ -5,20 +5,34 @@ launcher that kept Tier 1 ticked for commands and forgot the kernel."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import msgspec
 import pytest
+from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.screen import Screen
-from textual.widgets import Checkbox, DataTable, Input, Label, Select
+from textual.widgets import Checkbox, DataTable, Input, Label, Select, Static
 
 from gpuws import protocol
 from gpuws.live.link import Target
 from gpuws.live.storeio import StoreHandle
+from gpuws.live.telemetry import TelemetryHistory
+from gpuws.remote_agent.pod.gpuinfo import parse_query_csv, samples_from_query
+from gpuws.remote_agent.profilers.ncu_select import select_ncu
+from gpuws.remote_agent.profilers.nsys_provision import plan_nsys
+from gpuws.sessions.cost import economics
 from gpuws.sessions.store import Store
 from gpuws.tui.app import GpuwsApp, StartConnect, StartHome, StartReplay
 from gpuws.tui.hosts import last_workload
-from gpuws.tui.messages import RunEvents
+from gpuws.tui.messages import (
+    EconomicsTick,
+    NcuPlanReady,
+    NsysPlanReady,
+    RunEvents,
+    TelemetryTick,
+)
 from gpuws.tui.screens.confirm import ConfirmScreen
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.home import HomeScreen
@@ -26,7 +40,9 @@ from gpuws.tui.screens.launcher import LauncherScreen
 from gpuws.tui.screens.run import RunScreen
 from gpuws.tui.screens.sessions import SessionsScreen
 from gpuws.tui.widgets.marked import MarkedRadioButton
+from gpuws.tui.widgets.pod.cost_ticker import CostTicker
 from tui.tuikit import (  # type: ignore[import-not-found]
+    FIXTURES,
     RECORDING,
     fill_store,
     h200_probe,
@@ -243,3 +259,68 @@ def test_the_last_workload_run_on_a_pod_is_found_for_the_launcher() -> None:
     with Store() as store:
         assert last_workload(store, "h200") == "builtin:saxpy"
         assert last_workload(store, "never-used") is None
+
+
+def h200_samples() -> list[Any]:
+    """The H200's captured ``nvidia-smi --query-gpu`` reading, as the agent parses it."""
+    text = (FIXTURES / "ncu-2025.3.1-h200" / "nvidia_smi_query.csv").read_text()
+    query = ("index,name,uuid,driver_version,memory.total,memory.used,utilization.gpu,"
+             "temperature.gpu,power.draw,clocks.sm,clocks.max.sm,compute_cap").split(",")
+    return samples_from_query(parse_query_csv(text, query))
+
+
+def ncu_plan_for(probe: protocol.Probe) -> protocol.NcuPlan:
+    """What the agent's selector says about this probe's ncu installs."""
+    plan = select_ncu([msgspec.to_builtins(t) for t in probe.ncu], probe.driver,
+                      probe.gpus[0].compute_capability, cuda_driver=probe.cuda_driver,
+                      os_release='ID=ubuntu\nVERSION_ID="22.04"\n', is_root=True,
+                      home=probe.home)
+    return msgspec.convert(plan, protocol.NcuPlan)
+
+
+def nsys_plan_with_nsys() -> protocol.NsysPlan:
+    """The agent's nsys choice where a working nsys is installed."""
+    plan = plan_nsys([{"path": "/opt/nvidia/nsight-systems/2025.1.3/bin/nsys",
+                       "version": "2025.1.3", "error": None}], "13.0",
+                     'ID=ubuntu\nVERSION_ID="24.04"\n', True, "x86_64")
+    return msgspec.convert(dict(plan, ts=time.time()), protocol.NsysPlan)
+
+
+def _places(screen: Screen[Any]) -> dict[str, Region]:
+    """Where the dashboard's parts are drawn (screen coordinates)."""
+    parts = {"telemetry": "#telemetry-title", "gauges": "#gauges", "cost": "#cost",
+             "agent": "#agent-log", "pod": "#pod", "counters": "#counters", "ncu": "#ncu-text",
+             "nsys": "NsysPanel .title"}
+    return {name: screen.query_one(selector).region for name, selector in parts.items()}
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+async def test_the_dashboard_does_not_move_when_its_data_arrives(size: tuple[int, int]) -> None:
+    """It visibly reflowed a second after it appeared: the first sample showed the gauges,
+    the cost grew from one line to three, the ncu and nsys answers pushed what was below.
+    Everything has its place at mount now; the H200's real answers fill it in."""
+    probe = h200_probe()
+    history = TelemetryHistory()
+    app = GpuwsApp(StartHome(), ssh_config=NO_SSH_CONFIG)
+    async with app.run_test(size=size) as pilot:
+        screen = DashboardScreen("h200", probe, "ssh+sftp", history)
+        await app.push_screen(screen)
+        await until(pilot, lambda: screen.query_one("#agent-log").region.height > 0)
+        before = _places(screen)
+        for _ in range(3):
+            history.add(msgspec.convert({"type": "telemetry", "gpus": h200_samples()},
+                                        protocol.Telemetry))
+        screen.post_message(TelemetryTick())
+        screen.post_message(NcuPlanReady(ncu_plan_for(probe)))
+        screen.post_message(NsysPlanReady(nsys_plan_with_nsys()))
+        fill_store()
+        with Store() as s:
+            econ = economics(s, s.sessions()[0].id)
+        screen.post_message(EconomicsTick(econ))
+        await until(pilot, lambda: "waiting" not in
+                    screen.query_one("#telemetry-title", Label).render().plain
+                    and "$" in screen.query_one(CostTicker).render().plain
+                    and "✓ nsys" in screen.query_one("#nsys-text", Static).render().plain
+                    and "✓ ncu" in screen.query_one("#ncu-text", Static).render().plain)
+        assert _places(screen) == before
+        await app.shutdown()
