@@ -201,14 +201,15 @@ async def test_launcher_kinds_differ_by_shape_and_commands_untick_tier1() -> Non
         assert "●" in marks["kind-builtin"] and "○" in marks["kind-cmd"], marks
         t1 = launcher.query_one("#t1", Checkbox)
         assert t1.value and not t1.disabled and "✓" in t1.render().plain
-        await pilot.click("#kind-cmd")
-        await until(pilot, lambda: launcher.kind == "cmd" and t1.disabled)
+        launcher.query_one("#kind-cmd", MarkedRadioButton).value = True  # as a click does
+        await until(pilot, lambda: launcher.kind == "cmd" and t1.disabled
+                    and "○" in _marks(launcher)["kind-builtin"])
         marks = _marks(launcher)
         assert "○" in marks["kind-builtin"] and "●" in marks["kind-cmd"], marks
         assert not t1.value and "not for commands" in t1.render().plain
         launcher.query_one("#cmd", Input).value = "echo hi"
         assert launcher.options().tiers == "2,3"
-        await pilot.click("#kind-builtin")
+        launcher.query_one("#kind-builtin", MarkedRadioButton).value = True
         await until(pilot, lambda: launcher.kind == "builtin" and not t1.disabled)
         assert t1.value and "not for commands" not in t1.render().plain
         await app.shutdown()
