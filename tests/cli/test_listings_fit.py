@@ -97,3 +97,18 @@ def test_runs_on_the_pod_keep_every_id_whole(width: int) -> None:
     # at 80 columns the workload is what gives way.
     _printed([protocol.RunInfo(run_id=LONGEST_ID, workload=LONG_CMD, status="running",
                                started=RECORDED.T0, last_seq=41), *items], width)
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_gpuws_runs_lists_a_real_pods_runs_whole(width: int, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``gpuws runs local`` (the agent on this machine): the id ``attach`` takes, whole."""
+    assert main(["run", "local", "-w", LONG_CMD.replace("200 |", "1 ; true |"),
+                 "--detach"]) == 0
+    run_id = capsys.readouterr().out.strip().splitlines()[-1]
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(["runs", "local"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= width
+    (line,) = [ln for ln in out.splitlines() if run_id in ln]
+    assert re.search(rf"(^| ){run_id} ", line) and "cmd:python3 bench/attention.py" in line
