@@ -123,6 +123,8 @@ class GpuwsApp(App[int]):
         self.run_screens: dict[str, list[RunScreen]] = {}
         self.pending_baselines: dict[str, str] = {}
         self.last_run_id: str | None = None
+        #: The workload the launcher held last, by pod (the launcher opens on it again).
+        self.chosen_workloads: dict[str, str] = {}
         #: Arrival-to-pane latencies in seconds, kept only while ``measure`` is True (bench).
         self.measure = False
         self.latencies: list[float] = []
@@ -443,6 +445,11 @@ class GpuwsApp(App[int]):
             self.notify("connect to a pod first", severity="warning", markup=False)
             return
         self._work(workers.open_launcher(self), "store", "list baseline candidates")
+
+    def remember_workload(self, workload: str) -> None:
+        """What the launcher held when it closed, for the next time it opens on this pod."""
+        if self.link is not None:
+            self.chosen_workloads[self.link.target.host] = workload
 
     def launch_run(self, spec: protocol.RunSpec, baseline: str | None,
                    workspace: str | None = None) -> None:

@@ -18,7 +18,9 @@ class NcuPanel(Vertical):
 
     DEFAULT_CSS = """
     NcuPanel { height: auto; }
-    NcuPanel #ncu-text { padding: 0 1; }
+    /* The plan's usual size (the ncu chosen, why, one more line) is kept from the start,
+       so the answer does not push what is below it. */
+    NcuPanel #ncu-text { padding: 0 1; min-height: 3; }
     NcuPanel Button { margin: 0 1; }
     """
 
