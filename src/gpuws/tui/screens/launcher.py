@@ -341,6 +341,11 @@ class LauncherScreen(Screen[None]):
             UsageError: a field does not hold a valid value.
         """
         tiers = ",".join(t for t in "123" if self.query_one(f"#t{t}", Checkbox).value)
+        if not tiers and self.kind == "cmd":
+            # A command with no tier ticked runs on its own, timed as a whole: what
+            # `gpuws run/watch -w cmd:…` does with their default `--tiers 1`, whose Tier 1
+            # a command always skips.
+            tiers = "1"
         if not tiers:
             raise UsageError("no tier chosen", remedy="tick at least one tier")
         return LaunchOptions(
