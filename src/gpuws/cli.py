@@ -32,8 +32,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "success"),
     (GpuwsError.exit_code, "any other error gpuws explains (one line: cause — remedy)"),
     (UsageError.exit_code, "usage or configuration mistake (a bad option, workload or id), "
-                           "caught before connecting; report: a file that is not a report, "
-                           "or that its parser could not read within its limits"),
+                           "caught before connecting"),
     (ConnectError.exit_code, "cannot connect: unknown host, authentication, host key"),
     (DeployError.exit_code, "the agent could not start on the pod (e.g. no python3)"),
     (ProtocolError.exit_code, "the laptop and the agent do not understand each other"),
@@ -48,20 +47,6 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
          "stderr: cause — remedy); the others' results are kept"),
     (130, "interrupted (Ctrl+C); a run goes on on the pod"),
 )
-
-
-def _report_limit(low: float, high: float, kind: Callable[[str], float]
-                  ) -> Callable[[str], float]:
-    """argparse type of one of ``report``'s limits: a finite number in [low, high]."""
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not low <= value <= high:  # NaN fails this too
-            raise argparse.ArgumentTypeError(f"{text}: give a number from {low:g} to {high:g}")
-        return value
-    return parse
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -164,11 +149,6 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="a pulled .ncu-rep (needs the report extra, which scripts/run "
                                 "installs) or the CSV of `ncu --csv --page raw`")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--max-memory", type=_report_limit(64, 1 << 20, int), default=512,
-                   metavar="MIB", help="memory the parser may use (default 512 MiB; the file, "
-                                       "decompressed, may be at most half of it)")
-    p.add_argument("--timeout", type=_report_limit(1, 86400, float), default=60.0,
-                   metavar="S", help="seconds the parser may take (default 60)")
     p.set_defaults(func=_lazy("report_cmd", "report"))
 
     p = sub.add_parser("sessions", help="list recorded sessions with what they cost")

@@ -11,17 +11,12 @@ never read as markup.
 
 from __future__ import annotations
 
-import contextlib
+import csv
+import io
 import json
 import math
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -29,11 +24,13 @@ from rich.table import Table
 from rich.text import Text
 
 from .errors import GpuwsError, UsageError
+from .remote_agent.profilers import ncu_reader
 from .text import humanfmt
-from .text.textsafe import json_visible, valid_text, visible
 from .text.textsafe import text as safe
 
 __all__ = ["read_report", "render_report", "report_json"]
+
+_REP_SUFFIXES = (".ncu-rep", ".ncu-repz")
 
 #: Label and unit of each canonical metric, in display order.
 _LABELS: dict[str, tuple[str, str]] = {
@@ -53,34 +50,12 @@ _LABELS: dict[str, tuple[str, str]] = {
     "arithmetic_intensity": ("Arithmetic intensity", "flop/byte"),
 }
 
-#: The child's default limits (``gpuws report --max-memory/--timeout``). An honest H200
-#: saxpy report peaks at 144 MiB in the child (most of it ``ncu_report``'s native library
-#: and libnvperf_host), and loads under an address-space limit of 256 MiB; 512 MiB leaves
-#: room for reports a few hundred launches long while keeping a hostile one far below
-#: what a laptop notices.
-DEFAULT_MEMORY_MIB = 512
-DEFAULT_TIMEOUT_S = 60.0
-#: Largest answer (the launches as JSON) the parent reads back from the child.
-MAX_ANSWER_BYTES = 64 << 20
-#: Longest string kept from a report (a kernel name, a finding), and most entries kept in
-#: one list (launches, stalls, findings): the rest is cut, never rendered whole.
-MAX_STRING = 20_000
-MAX_ITEMS = 100_000
-
-
-#: The child's default limits (``gpuws report --max-memory/--timeout``). An honest H200
-#: saxpy report peaks at 144 MiB in the child (most of it ``ncu_report``'s native library
-#: and libnvperf_host), and loads under an address-space limit of 256 MiB; 512 MiB leaves
-#: room for reports a few hundred launches long while keeping a hostile one far below
-#: what a laptop notices.
-DEFAULT_MEMORY_MIB = 512
-DEFAULT_TIMEOUT_S = 60.0
-#: Largest answer (the launches as JSON) the parent reads back from the child.
-MAX_ANSWER_BYTES = 64 << 20
-#: Longest string kept from a report (a kernel name, a finding), and most entries kept in
-#: one list (launches, stalls, findings): the rest is cut, never rendered whole.
-MAX_STRING = 20_000
-MAX_ITEMS = 100_000
+#: The clocks ncu measured each launch at: report metric names, and the details page's
+#: labels (the SpeedOfLight section collects them).
+_CLOCK_METRICS = {"sm_hz": ("gpc__cycles_elapsed.avg.per_second",
+                            "sm__cycles_elapsed.avg.per_second"),
+                  "dram_hz": ("dram__cycles_elapsed.avg.per_second",)}
+_CLOCK_LABELS = {"SM Frequency": "sm_hz", "DRAM Frequency": "dram_hz"}
 
 
 class ReportError(GpuwsError):
@@ -90,221 +65,139 @@ class ReportError(GpuwsError):
     exit_code = 2
 
 
-def install_hint(prefix: str | None = None) -> str:
-    """How to add the ``report`` extra, in the form that fits how gpuws was installed.
-
-    pipx keeps each app in ``…/pipx/venvs/NAME``, ``uv tool`` in ``…/uv/tools/NAME``;
-    anything else is a plain environment that pip manages. Where that cannot be told,
-    all three forms are given.
-    """
-    where = (prefix if prefix is not None else sys.prefix).replace("\\", "/")
-    pip = "pip install 'gpuws[report]'"
-    pipx = "pipx inject gpuws ncu-report zstandard"
-    uv = "uv tool install --reinstall 'gpuws[report]'"
-    if "/pipx/venvs/" in where:
-        return pipx
-    if "/uv/tools/" in where:
-        return uv
-    if where != getattr(sys, "base_prefix", where) or prefix is not None:
-        return pip
-    return f"{pip} (pipx: {pipx}; uv: {uv})"
-
-
-def read_report(path: str | Path, *, max_memory_mib: int = DEFAULT_MEMORY_MIB,
-                timeout_s: float = DEFAULT_TIMEOUT_S) -> list[dict[str, Any]]:
-    """Canonical metrics of every profiled launch in a report file, parsed in a child.
+def read_report(path: str | Path) -> list[dict[str, Any]]:
+    """Canonical metrics of every profiled launch in a report file.
 
     Args:
         path: a ``.ncu-rep`` / ``.ncu-repz`` (read through ``ncu_report``), or the CSV of
             ``ncu --csv --page raw`` or ``--page details`` (told apart by its header).
-        max_memory_mib: the child's address-space limit; the file, and a ``.ncu-repz``'s
-            decompressed size, may be at most half of it.
-        timeout_s: the child's wall-clock (and CPU) limit.
 
     Returns:
-        One dict per launch, as :mod:`gpuws.remote_agent.profilers.ncu_reader` gives them,
-        checked here: strings valid and bounded, numbers finite or None.
+        One dict per launch, as :mod:`gpuws.remote_agent.profilers.ncu_reader` gives them.
 
     Raises:
-        UsageError: the path is missing or a folder.
-        ReportError: not a report, ``ncu_report`` missing, a file over the limits, or the
-            parser crashed, ran out of memory or time (nothing of it is kept).
+        UsageError: the file does not exist.
+        ReportError: ``ncu_report`` is not installed, or the file holds no profile results.
     """
     p = Path(path)
-    name = visible(p.name, 200)
-    remedy = "give the path of a pulled .ncu-rep/.ncu-repz or ncu's CSV"
-    if p.is_dir():
-        raise UsageError(f"{visible(p, 500)} is a folder, not a report file", remedy=remedy)
-    if not p.exists():
-        raise UsageError(f"{visible(p, 500)}: no such file", remedy=remedy)
     if not p.is_file():
-        raise UsageError(f"{visible(p, 500)} is not a regular file", remedy=remedy)
-    memory = max(64, int(max_memory_mib)) << 20
-    cap = memory // 2
-    raise_remedy = (f"if the file is honest, raise --max-memory (now {memory >> 20} MiB) "
-                    "or export a CSV on the pod: ncu --import FILE --csv --page raw > FILE.csv")
-    size = p.stat().st_size
-    if size > cap:
-        raise ReportError(f"{name} is {humanfmt.size(size)}, over the {humanfmt.size(cap)} "
-                          "a report may have here", remedy=raise_remedy)
-    answer = _run_child(p, name, memory, cap, timeout_s, raise_remedy)
-    if not answer.get("ok"):
-        _refusal(answer, name, cap, raise_remedy)
-    kernels = _checked(answer.get("kernels"))
+        raise UsageError(f"{p}: no such file", remedy="give the path of a pulled .ncu-rep or CSV")
+    if p.name.endswith(_REP_SUFFIXES) or not _looks_like_text(p):
+        try:
+            module = ncu_reader.load_ncu_report_module()
+        except ImportError as exc:
+            raise ReportError(
+                f"{p.name} is an Nsight Compute report and the ncu_report module is not "
+                f"installed ({exc})",
+                remedy="pip install ncu-report (or gpuws[report]), or export a CSV on the pod: "
+                       "ncu --import FILE --csv --page raw > FILE.csv") from exc
+        try:
+            kernels = ncu_reader.read_ncu_rep(str(p), module=module)
+            clocks = _rep_clocks(module, str(p))
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise ReportError(f"{p.name}: ncu_report could not read it ({exc})",
+                              remedy="check that the file was copied whole") from exc
+    else:
+        text = p.read_text(encoding="utf-8", errors="replace")
+        kernels = ncu_reader.read_csv(text)
+        clocks = _csv_clocks(text)
+    for kernel in kernels:
+        found = clocks.get(int(kernel.get("launch") or 0))
+        if found:
+            kernel["clocks"] = found
     if not kernels:
-        raise ReportError(f"{name} holds no profiled kernel",
+        raise ReportError(f"{p.name} holds no profiled kernel",
                           remedy="check that ncu profiled something (no 'No kernels were "
                                  "profiled' warning) and that the file is not truncated")
     return kernels
 
 
-def _run_child(p: Path, name: str, memory: int, cap: int, timeout_s: float,
-               raise_remedy: str) -> dict[str, Any]:
-    """Run :mod:`gpuws.report_child` on ``p`` under its limits; its answer, or a
-    ``ReportError`` saying how it ended."""
-    import gpuws
-
-    scratch = tempfile.mkdtemp(prefix="gpuws-report-")
+def _looks_like_text(path: Path) -> bool:
+    with path.open("rb") as f:
+        head = f.read(4096)
+    if b"\0" in head:
+        return False
     try:
-        answer_path = os.path.join(scratch, "answer.json")
-        err_path = os.path.join(scratch, "stderr")
-        job = json.dumps({"path": str(p.resolve()), "scratch": scratch, "answer": answer_path,
-                          "memory": memory, "cpu_s": max(1, math.ceil(timeout_s)),
-                          "fsize": max(cap, MAX_ANSWER_BYTES), "decompressed_cap": cap})
-        env = dict(os.environ)
-        # The child imports this very copy of gpuws, whether installed or run from a tree.
-        root = str(Path(gpuws.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(x for x in (root, env.get("PYTHONPATH")) if x)
-        with open(err_path, "wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "gpuws.report_child", job], stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
-            try:
-                code = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                _kill(proc)
-                raise ReportError(
-                    f"{name}: reading it took longer than {timeout_s:g} s, so it was stopped",
-                    remedy="if the file is honest, raise --timeout or --max-memory, or export "
-                           "a CSV on the pod: ncu --import FILE --csv --page raw > FILE.csv"
-                ) from None
-            except BaseException:
-                _kill(proc)  # Ctrl+C: the child and anything it started end with us
-                raise
-        tail = _tail(err_path)
-        if code != 0:
-            raise ReportError(_crash_cause(name, code, tail, memory),
-                              remedy=raise_remedy if _out_of_memory(code, tail)
-                              else "check that the file was copied whole (its parser "
-                                   "cannot read it), or export a CSV on the pod: ncu "
-                                   "--import FILE --csv --page raw > FILE.csv")
-        try:
-            if os.path.getsize(answer_path) > MAX_ANSWER_BYTES:
-                raise ReportError(f"{name}: its launches take more than "
-                                  f"{humanfmt.size(MAX_ANSWER_BYTES)} as JSON",
-                                  remedy=raise_remedy)
-            with open(answer_path, encoding="ascii") as f:
-                answer = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise ReportError(f"{name}: its parser gave no answer ({type(exc).__name__})",
-                              remedy="check that the file was copied whole") from None
-        if not isinstance(answer, dict):
-            raise ReportError(f"{name}: its parser gave no answer",
-                              remedy="check that the file was copied whole")
-        return answer
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+def _rep_clocks(module: Any, path: str) -> dict[int, dict[str, float]]:
+    """The SM and DRAM clocks of each launch in a report, in ``read_ncu_rep``'s order."""
+    out: dict[int, dict[str, float]] = {}
+    ctx = module.load_report(path)
+    launch = 0
+    for r in range(ctx.num_ranges()):
+        rng = ctx.range_by_idx(r)
+        for a in range(rng.num_actions()):
+            action = rng.action_by_idx(a)
+            names = set(action.metric_names())
+            found: dict[str, float] = {}
+            for key, candidates in _CLOCK_METRICS.items():
+                for name in candidates:
+                    value = _metric_hz(action.metric_by_name(name)) if name in names else None
+                    if value is not None:
+                        found[key] = value
+                        break
+            if found:
+                out[launch] = found
+            launch += 1
+    return out
 
 
-def _tail(path: str, limit: int = 16384) -> str:
-    with open(path, "rb") as f:
-        f.seek(max(0, os.path.getsize(path) - limit))
-        return f.read().decode("utf-8", errors="replace")
-
-
-def _out_of_memory(code: int, tail: str) -> bool:
-    return ("bad_alloc" in tail or "MemoryError" in tail or "Cannot allocate memory" in tail
-            or code == -signal.SIGXFSZ)
-
-
-def _crash_cause(name: str, code: int, tail: str, memory: int) -> str:
-    if code == -signal.SIGXCPU or (code == -signal.SIGKILL and "bad_alloc" not in tail):
-        return f"{name}: reading it used up its CPU time, so it was stopped"
-    if code == -signal.SIGXFSZ:
-        return f"{name}: reading it wrote more than its file-size limit, so it was stopped"
-    if _out_of_memory(code, tail):
-        return (f"{name}: reading it needed more than {memory >> 20} MiB of memory, so it "
-                "was stopped")
-    if code < 0:
-        try:
-            sig = signal.Signals(-code).name
-        except ValueError:
-            sig = f"signal {-code}"
-        return f"{name}: its parser (ncu_report) crashed on it ({sig})"
-    return f"{name}: its parser (ncu_report) failed on it (exit {code})"
-
-
-def _refusal(answer: dict[str, Any], name: str, cap: int, raise_remedy: str) -> NoReturn:
-    """The child's refusal as the one error a person reads."""
-    kind = answer.get("error")
-    detail = visible(answer.get("detail") if isinstance(answer.get("detail"), str) else "",
-                     300)
-    not_report = (f"{name} is not an Nsight Compute report (.ncu-rep/.ncu-repz or ncu's "
-                  "CSV)")
-    remedy = "give the path of a pulled .ncu-rep/.ncu-repz or the CSV of ncu --csv"
-    if kind == "not_report":
-        raise ReportError(not_report, remedy=remedy)
-    if kind == "empty":
-        raise ReportError(f"{name} is empty", remedy="check that the file was copied whole")
-    if kind == "no_module":
-        raise ReportError(
-            f"{name} is an Nsight Compute report and the ncu_report module is not "
-            f"installed ({detail})",
-            remedy=f"{install_hint()}, or export a CSV on the pod: "
-                   "ncu --import FILE --csv --page raw > FILE.csv")
-    if kind == "decompressed_too_large":
-        raise ReportError(f"{name} decompresses to more than {humanfmt.size(cap)}, so "
-                          "reading it was stopped", remedy=raise_remedy)
-    if kind == "memory":
-        raise ReportError(f"{name}: reading it needed more memory than its limit",
-                          remedy=raise_remedy)
-    raise ReportError(f"{name}: ncu_report could not read it ({detail})",
-                      remedy="check that the file was copied whole")
-
-
-def _checked(kernels: Any) -> list[dict[str, Any]]:
-    """The child's launches, trusted no further than their shape: every string valid
-    Unicode (invalid bytes replaced) and bounded, every number finite (else None), every
-    list bounded. Anything of the wrong type is dropped."""
-    if not isinstance(kernels, list):
-        raise ReportError("the report's parser answered in a form gpuws does not know",
-                          remedy="check that the file was copied whole")
-    return [c for c in (_clean(k) for k in kernels[:MAX_ITEMS]) if isinstance(c, dict)]
-
-
-def _clean(value: Any, depth: int = 0) -> Any:
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return value if abs(value) < 1 << 63 else None
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, str):
-        return valid_text(value[:MAX_STRING])
-    if depth > 6:
+def _metric_hz(metric: Any) -> float | None:
+    try:
+        value = float(metric.as_double())
+        unit = metric.unit()
+    except (AttributeError, TypeError, ValueError):
         return None
-    if isinstance(value, list):
-        return [_clean(v, depth + 1) for v in value[:MAX_ITEMS]]
-    if isinstance(value, dict):
-        return {valid_text(str(k)[:200]): _clean(v, depth + 1)
-                for k, v in list(value.items())[:MAX_ITEMS]}
-    return None
+    if not math.isfinite(value):
+        return None
+    return ncu_reader.scale_value(value, unit if isinstance(unit, str) else None)[0]
+
+
+def _csv_clocks(text: str) -> dict[int, dict[str, float]]:
+    """The SM and DRAM clocks of each launch (by ``ID``) in ncu's raw or details CSV."""
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(('"ID",', "ID,"))), None)
+    if start is None:
+        return {}
+    # As ncu_reader: lines interleaved by the program or ncu never start with a quote.
+    rows = list(csv.reader(io.StringIO("\n".join(
+        [lines[start]] + [ln for ln in lines[start + 1:] if ln.startswith('"')]))))
+    header, body = rows[0], rows[1:]
+    col = {name: i for i, name in enumerate(header)}
+    out: dict[int, dict[str, float]] = {}
+    if "Metric Name" in col and "Metric Value" in col:
+        decimal = ncu_reader.detect_decimal(r[col["Metric Value"]] for r in body
+                                            if len(r) > col["Metric Value"])
+        for r in body:
+            if len(r) <= col["Metric Value"] or not r[col["ID"]].strip().isdigit():
+                continue
+            key = _CLOCK_LABELS.get(r[col["Metric Name"]])
+            unit = r[col["Metric Unit"]] if "Metric Unit" in col else None
+            value = ncu_reader.scale_value(
+                ncu_reader.parse_number(r[col["Metric Value"]], decimal), unit)[0]
+            if key is not None and value is not None:
+                out.setdefault(int(r[col["ID"]]), {})[key] = value
+        return out
+    units = body[0] if body and body[0] and body[0][0] == "" else []
+    data = [r for r in body if r and r[0].strip().isdigit()]
+    wanted = {key: next((col[n] for n in names if n in col), None)
+              for key, names in _CLOCK_METRICS.items()}
+    decimal = ncu_reader.detect_decimal(r[i] for r in data for i in wanted.values()
+                                        if i is not None and i < len(r))
+    for r in data:
+        for key, i in wanted.items():
+            if i is None or i >= len(r):
+                continue
+            unit = units[i] if i < len(units) else None
+            value = ncu_reader.scale_value(ncu_reader.parse_number(r[i], decimal), unit)[0]
+            if value is not None:
+                out.setdefault(int(r[0]), {})[key] = value
+    return out
 
 
 def format_metric(key: str, value: float | None) -> str:
@@ -390,12 +283,9 @@ def report_json(kernels: list[dict[str, Any]]) -> str:
     def clean(value: Any) -> Any:
         if isinstance(value, float) and not math.isfinite(value):
             return None
-        if isinstance(value, str):
-            return valid_text(value)
         if isinstance(value, dict):
-            return {valid_text(str(k)): clean(v) for k, v in value.items()}
+            return {k: clean(v) for k, v in value.items()}
         if isinstance(value, list):
             return [clean(v) for v in value]
         return value
-    # Valid UTF-8 always (lone surrogates replaced), and nothing a terminal obeys.
-    return json_visible(json.dumps(clean(kernels), indent=2, ensure_ascii=False))
+    return json.dumps(clean(kernels), indent=2, ensure_ascii=False)

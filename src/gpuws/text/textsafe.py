@@ -51,17 +51,6 @@ def _escape_char(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def valid_text(value: str) -> str:
-    """``value`` as valid Unicode: lone surrogates (how Python holds bytes that were not
-    UTF-8, e.g. a report's names read with ``surrogateescape``) become U+FFFD, so the
-    string can always be written as UTF-8."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-    return value
-
-
 def visible(value: object, limit: int | None = DEFAULT_LIMIT) -> str:
     """``value`` as a string a terminal shows literally.
 
@@ -70,7 +59,7 @@ def visible(value: object, limit: int | None = DEFAULT_LIMIT) -> str:
     out. Markup brackets are kept as they are: they are only safe once the caller
     wraps the result in :func:`text` or :func:`markup_escape`.
     """
-    s = valid_text(value if isinstance(value, str) else str(value))
+    s = value if isinstance(value, str) else str(value)
     if limit is not None and len(s) > limit:
         s = s[:limit] + f"… ({len(s) - limit} more characters)"
     return _UNSAFE.sub(_escape_char, s) if _UNSAFE.search(s) else s
