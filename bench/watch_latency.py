@@ -11,10 +11,10 @@ every verdict should read "no difference"), interleaved:
   imports the file and times its ``run()`` as a person would (``triton.testing.do_bench``
   where Triton is, CUDA events otherwise), from the start of scp to ssh's exit.
 
-From the session store it also reports, per watch iteration, the Tier-1 sampling (the
-first samples event to the result, a lower bound of the window: the overhead figure is
-an upper bound) and the **overhead beyond the workload's own Tier 1 sampling** (save →
-line minus that), and for a ``cmd:`` workload, beyond the command's own run.
+From the session store it also reports, per watch iteration, Tier 1's wall on the pod
+(the child's start, the workload's setup and the sampling) and the **overhead beyond it**
+(save → line minus that: debounce, sync, request, result to the printed line), and for a
+``cmd:`` workload, beyond the command's own run.
 
 Usage (from the repository root)::
 
@@ -163,7 +163,7 @@ def timed(argv: list[str]) -> float:
 
 
 def store_figures(home: Path, name: str) -> list[dict[str, Any]]:
-    """Per run of the watch under ``home``: the tiers' wall time and the Tier-1 sampling."""
+    """Per run of the watch under ``home``: the tiers' wall time and Tier 1's."""
     os.environ["GPUWS_HOME"] = str(home)
     from gpuws import protocol
     from gpuws.sessions.store import Store
@@ -172,9 +172,8 @@ def store_figures(home: Path, name: str) -> list[dict[str, Any]]:
     with Store() as store:
         (session,) = store.sessions()
         for run in store.runs(session.id):
-            events = store.run_events(run.run_id, ["samples", "tier1_result",
+            events = store.run_events(run.run_id, ["tier1_result",
                                                    "tier_finished"])
-            samples = [e.ts for e in events if isinstance(e, protocol.Samples)]
             result = [e for e in events if isinstance(e, protocol.Tier1Result)]
             tiers = [e for e in events if isinstance(e, protocol.TierFinished)]
             out.append({
@@ -182,7 +181,6 @@ def store_figures(home: Path, name: str) -> list[dict[str, Any]]:
                 "fork_server": bool(run.spec and run.spec.fork_server),
                 "tiers_wall_s": sum(t.wall_s for t in tiers),
                 "tier1_wall_s": sum(t.wall_s for t in tiers if t.tier == 1),
-                "sampling_s": (result[0].ts - samples[0]) if samples and result else None,
                 "median_ms": result[0].stats.median_ms if result else None})
     return out
 
@@ -374,15 +372,16 @@ def report(args: argparse.Namespace, kinds: list[str], times: dict[str, list[flo
             own = [r["tiers_wall_s"] for r in rows]
             what = "beyond the command's own run"
         else:
-            own = [r["sampling_s"] or 0.0 for r in rows]
-            what = "beyond the workload's own Tier 1 sampling"
+            # Tier 1's whole wall on the pod: the child's start (forked or fresh), the
+            # workload's setup and the sampling. The samples reach the laptop in one batch
+            # at the end of a short window, so their timestamps cannot split it further.
+            own = [r["tier1_wall_s"] for r in rows]
+            what = "beyond Tier 1's wall (child start + setup + sampling)"
         overhead[name] = [t - o for t, o in zip(times[name], own, strict=True)]
         print(f"  {name:<22} overhead {what}: median {median(overhead[name]):.2f} s "
               f"(min {min(overhead[name]):.2f}, max {max(overhead[name]):.2f})")
         if not args.cpu:
-            t1 = [r["tier1_wall_s"] for r in rows]
-            print(f"  {'':<22} Tier 1's wall (child start + setup + sampling): median "
-                  f"{median(t1):.2f} s; sampling median {median(own):.2f} s")
+            print(f"  {'':<22} Tier 1's wall: median {median(own):.2f} s")
     result["overhead_s"] = overhead
     print("  by hand ÷ watch: " + ", ".join(f"{k} {v:.2f}×" for k, v in
                                            result["by_hand_over_watch"].items()))

@@ -16,7 +16,7 @@ from gpuws import deploy
 
 CORE = ["gpuws.protocol", "gpuws.transport", "gpuws.transport.ssh", "gpuws.deploy",
         "gpuws.client", "gpuws.sessions.store", "gpuws.sessions.export", "gpuws.sessions.compare",
-        "gpuws.cli", "gpuws.commands.doctor"]
+        "gpuws.cli", "gpuws.commands.doctor", "gpuws.live.watchloop", "gpuws.commands.watch"]
 
 
 @pytest.mark.parametrize("module", CORE)

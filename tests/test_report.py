@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import types
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +11,6 @@ import pytest
 from rich.console import Console
 
 from gpuws.errors import GpuwsError, UsageError
-from gpuws.remote_agent.profilers import ncu_reader
 from gpuws.report import format_metric, read_report, render_report, report_json
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu-2025.3.1-h200"
@@ -53,34 +52,43 @@ def test_json_round_trip() -> None:
     assert json.loads(report_json(kernels))[0]["metrics"]["flops"] is None
 
 
+def fake_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    """A stand-in ``ncu_report`` first on the bounded child's path (PYTHONPATH comes before
+    site-packages): a fake, because no real module can be made to fail on cue."""
+    site = tmp_path / "fake_site"
+    site.mkdir(exist_ok=True)
+    (site / "ncu_report.py").write_text(textwrap.dedent(body))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+
+
 def test_ncu_rep_without_the_module_says_what_to_install(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     rep = tmp_path / "profile.ncu-rep"
-    rep.write_bytes(b"\x00NVIDIA binary report")
-
-    def missing(ncu_path: str | None = None) -> Any:
-        raise ImportError("No module named 'ncu_report'")
-
-    monkeypatch.setattr(ncu_reader, "load_ncu_report_module", missing)
+    rep.write_bytes(b"NVR\x00 an NVIDIA binary report")
+    fake_module(tmp_path, monkeypatch, "raise ImportError(\"No module named 'ncu_report'\")\n")
     with pytest.raises(GpuwsError) as info:
         read_report(rep)
-    assert "pip install ncu-report" in info.value.remedy
-    assert "--csv" in info.value.remedy
+    # The hint fits each way gpuws is installed.
+    for form in ("pip install 'gpuws[report]'", "pipx inject gpuws ncu-report",
+                 "uv tool install --with ncu-report gpuws", "--csv"):
+        assert form in info.value.remedy
     assert "profile.ncu-rep" in info.value.one_line()
 
 
 def test_ncu_rep_through_the_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rep = tmp_path / "k.ncu-rep"
-    rep.write_bytes(b"\x00")
-    metric = types.SimpleNamespace(has_value=lambda: True, kind=lambda: 4,
-                                   as_double=lambda: 1234.0, unit=lambda: "ns")
-    action = types.SimpleNamespace(
-        name=lambda *base: "k(int)", metric_names=lambda: ("gpu__time_duration.sum",),
-        metric_by_name=lambda name: metric, rule_results_as_dicts=lambda: [])
-    rng = types.SimpleNamespace(num_actions=lambda: 1, action_by_idx=lambda i: action)
-    ctx = types.SimpleNamespace(num_ranges=lambda: 1, range_by_idx=lambda i: rng)
-    module = types.SimpleNamespace(load_report=lambda path: ctx)
-    monkeypatch.setattr(ncu_reader, "load_ncu_report_module", lambda ncu_path=None: module)
+    rep.write_bytes(b"NVR\x00")
+    fake_module(tmp_path, monkeypatch, """
+        from types import SimpleNamespace as NS
+        metric = NS(has_value=lambda: True, kind=lambda: 4, as_double=lambda: 1234.0,
+                    unit=lambda: "ns")
+        action = NS(name=lambda *base: "k(int)", metric_names=lambda: ("gpu__time_duration.sum",),
+                    metric_by_name=lambda name: metric, rule_results_as_dicts=lambda: [])
+        rng = NS(num_actions=lambda: 1, action_by_idx=lambda i: action)
+        ctx = NS(num_ranges=lambda: 1, range_by_idx=lambda i: rng)
+        def load_report(path):
+            return ctx
+        """)
     (kernel,) = read_report(rep)
     assert kernel["kernel"] == "k(int)" and kernel["metrics"]["duration_ns"] == 1234.0
     assert "1.2 µs" in rendered([kernel])

@@ -70,8 +70,12 @@ def test_carried_sshd_serves_gpuws_with_its_own_libraries(
     assert made.returncode == 0, made.stderr
     with capsys.disabled():
         print("\n" + made.stdout.strip())
-    assert sorted(p.name for p in (dest / "bin").iterdir()) == ["sftp-server", "ssh-keygen",
-                                                                 "sshd"]
+    assert sorted(p.name for p in (dest / "bin").iterdir()) == [
+        "scp", "sftp-server", "ssh", "ssh-keygen", "sshd"]
+    # The clients the benches' by-hand path runs there start on the carried libraries.
+    client = subprocess.run([str(dest / "bin" / "ssh"), "-V"], capture_output=True, text=True,
+                            timeout=30, env={**os.environ, "LD_LIBRARY_PATH": str(dest / "lib")})
+    assert client.returncode == 0 and client.stderr.startswith("OpenSSH_"), client.stderr
     libs = {p.name for p in (dest / "lib").iterdir()}
     assert "libcrypto.so.3" in libs and not libs & set(GLIBC_OWN)
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())

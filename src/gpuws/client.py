@@ -144,19 +144,33 @@ class AgentClient:
     # -- requests
     async def request(self, msg: protocol.Request, timeout: float | None = 60.0) -> protocol.Events:
         """Send a request and wait for its answer; an Error answer raises AgentError."""
+        return await self.submit(msg, timeout)
+
+    def submit(self, msg: protocol.Request,
+               timeout: float | None = 60.0) -> asyncio.Task[protocol.Events]:
+        """Write a request now; the task returned waits for its answer (an Error answer
+        raises AgentError). Requests submitted one after another reach the agent in that
+        order without waiting for each other's answers: a pipeline, one round trip for
+        all of them.
+        """
         if self.closed:
             raise ConnectError("the link to the agent is closed", title="Connection lost",
                                remedy="reconnect")
         fut: asyncio.Future[protocol.Events] = asyncio.get_running_loop().create_future()
         self._pending[msg.req] = fut
         self.proc.stdin.write(protocol.encode(msg))
-        await self.proc.stdin.drain()
+        return asyncio.create_task(self._answer_to(msg, fut, timeout))
+
+    async def _answer_to(self, msg: protocol.Request, fut: asyncio.Future[protocol.Events],
+                         timeout: float | None) -> protocol.Events:
         try:
+            await self.proc.stdin.drain()
             ev = await asyncio.wait_for(fut, timeout)
         except TimeoutError as exc:
-            self._pending.pop(msg.req, None)
             raise ProtocolError(f"no answer to {msg.__class__.__name__} within {timeout} s",
                                 remedy="the pod may be overloaded; try again") from exc
+        finally:
+            self._pending.pop(msg.req, None)
         if isinstance(ev, protocol.Error):
             raise AgentError(ev.message, ev.title, ev.remedy, code=ev.code)
         return ev
@@ -217,9 +231,15 @@ class AgentClient:
     async def workspace_put(self, pieces: list[protocol.WsPiece], data: str,
                             compressed: bool) -> protocol.WorkspaceStored:
         """Blobs for the pod's content store (:mod:`gpuws.workspace.sync` makes the batches)."""
-        ev = await self.request(protocol.WorkspacePut(req=self.next_req(), pieces=pieces,
-                                                      data=data, zlib=compressed), timeout=300)
-        return _answer(ev, protocol.WorkspaceStored)
+        return await self.workspace_put_submitted(pieces, data, compressed)
+
+    def workspace_put_submitted(self, pieces: list[protocol.WsPiece], data: str,
+                                compressed: bool) -> asyncio.Task[protocol.WorkspaceStored]:
+        """:meth:`workspace_put` with its line written before this returns (see
+        :meth:`submit`): an apply asked for next reaches the pod after it."""
+        sent = self.submit(protocol.WorkspacePut(req=self.next_req(), pieces=pieces,
+                                                 data=data, zlib=compressed), timeout=300)
+        return asyncio.create_task(_checked(sent, protocol.WorkspaceStored))
 
     async def workspace_apply(self, name: str, entries: list[protocol.WsEntry],
                               tree_sha256: str) -> protocol.WorkspaceState:
@@ -259,6 +279,10 @@ def _answer(ev: protocol.Events, cls: type[AnswerT]) -> AnswerT:
     the pod (``ts`` near now, every string, list and map bounded): here, once, so that no
     face (the TUI, a headless command, the engine) can show one unchecked."""
     return check_answer(_expect(ev, cls))
+
+
+async def _checked(sent: Awaitable[protocol.Events], cls: type[AnswerT]) -> AnswerT:
+    return _answer(await sent, cls)
 
 
 def _first_run(ev: protocol.Events) -> protocol.RunInfo:

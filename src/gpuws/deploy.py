@@ -16,8 +16,6 @@ import io
 import os
 import shlex
 import time
-import tokenize
-import zipfile
 import zlib
 from collections import deque
 from dataclasses import dataclass
@@ -68,6 +66,8 @@ def build_bundle() -> Bundle:
     cached = _cached_bundle(key.hexdigest())
     if cached is not None:
         return cached
+    import zipfile  # here: a connect with the bundle kept in bundles/ never needs it
+
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         for name, data in sorted(files):
@@ -123,6 +123,8 @@ def lean_source(source: bytes) -> bytes:
     when this was written). A docstring becomes ``""`` and the lines it spanned stay, as
     blank lines, so a traceback from the pod names the same line as the source.
     """
+    import tokenize  # here: only a bundle being made needs it
+
     tokens = list(tokenize.tokenize(io.BytesIO(source).readline))
     cuts: list[tuple[tuple[int, int], tuple[int, int], str]] = []
     before = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING}

@@ -73,6 +73,7 @@ FIELDS: dict[tuple[str, str], str] = {
     ("Gpu", "index"): "index", ("Gpu", "memory_total_mib"): "mib",
     ("Gpu", "memory_used_mib"): "mib", ("Gpu", "sm_clock_mhz"): "mhz",
     ("Gpu", "sm_clock_max_mhz"): "mhz", ("Gpu", "sm_count"): "small",
+    ("GpuTarget", "sm_count"): "small",
     ("Gpu", "l2_bytes"): "bytes", ("Gpu", "mem_clock_mhz"): "mhz",
     ("Gpu", "mem_clock_max_mhz"): "mhz", ("Gpu", "util_pct"): "share",
     ("Gpu", "power_w"): "w", ("Gpu", "power_limit_w"): "w", ("Gpu", "temp_c"): "c",
@@ -127,6 +128,7 @@ FIELDS: dict[tuple[str, str], str] = {
     # The timeline's gaps (launch- and host-bound verdicts read them).
     ("KernelTable", "span_ns"): "ns", ("KernelTable", "largest_gap_ns"): "ns",
     ("KernelTable", "gap_count"): "count",
+    ("KernelTable", "sync_count"): "count", ("KernelTable", "sync_ns"): "ns",
     # Verdicts and Tier 3's coverage of Tier 2 (remote_agent/verdicts).
     ("FamilyShare", "calls"): "count", ("FamilyShare", "kernels"): "count",
     ("FamilyShare", "share_pct"): "share", ("FamilyShare", "total_ns"): "ns",

@@ -407,6 +407,9 @@ class GpuTarget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: str = ""
     #: Other processes on that GPU when the run started (a busy GPU skews every figure).
     busy: list[GpuProcess] = msgspec.field(default_factory=list)
+    #: Its SM count (the CUDA driver's, from the probe), which tells a grid too small to
+    #: fill it; None where not known (no driver answer, an agent before this field).
+    sm_count: int | None = None
 
 
 class RunStarted(Event, kw_only=True, tag="run_started"):
@@ -586,6 +589,11 @@ class KernelTable(Event, kw_only=True, tag="kernel_table"):
     span_ns: float | None = None
     gap_count: int | None = None
     largest_gap_ns: float | None = None
+    #: The host's waits for the GPU (cudaStreamSynchronize, cudaDeviceSynchronize, …) that
+    #: end inside the span, and the host time blocked in them (None: the trace had no host
+    #: API calls, or an agent before these fields).
+    sync_count: int | None = None
+    sync_ns: float | None = None
 
 
 class NcuProgress(Event, kw_only=True, tag="ncu_progress"):

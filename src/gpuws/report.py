@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import math
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from . import report_child
 from .errors import GpuwsError, UsageError
 from .remote_agent.profilers import ncu_reader
+from .report_child import Limits
 from .text import humanfmt
 from .text.textsafe import text as safe
 
@@ -65,46 +68,62 @@ class ReportError(GpuwsError):
     exit_code = 2
 
 
-def read_report(path: str | Path) -> list[dict[str, Any]]:
+def read_report(path: str | Path, limits: Limits | None = None) -> list[dict[str, Any]]:
     """Canonical metrics of every profiled launch in a report file.
 
+    A binary report is parsed by a bounded child process (:mod:`gpuws.report_child`): a
+    handed file is nobody's promise, and ``ncu_report``'s native code is not built for
+    hostile input.
+
     Args:
-        path: a ``.ncu-rep`` / ``.ncu-repz`` (read through ``ncu_report``), or the CSV of
-            ``ncu --csv --page raw`` or ``--page details`` (told apart by its header).
+        path: a ``.ncu-rep`` / ``.ncu-repz`` (read through ``ncu_report``, told by its
+            first bytes), or the CSV of ``ncu --csv --page raw`` or ``--page details``.
+        limits: the child's bounds (memory, time, file and decompressed size).
 
     Returns:
-        One dict per launch, as :mod:`gpuws.remote_agent.profilers.ncu_reader` gives them.
+        One dict per launch, as :mod:`gpuws.remote_agent.profilers.ncu_reader` gives them,
+        each string valid UTF-8 and each number finite or None.
 
     Raises:
-        UsageError: the file does not exist.
-        ReportError: ``ncu_report`` is not installed, or the file holds no profile results.
+        UsageError: no such file, a folder, or not a regular file.
+        ReportError: not a report, ``ncu_report`` missing, the file over a bound, the
+            reader crashed or ran out of time or memory, or no profiled kernel in it.
     """
     p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"{p}: no such file", remedy="give the path of a pulled .ncu-rep or CSV")
-    if p.name.endswith(_REP_SUFFIXES) or not _looks_like_text(p):
+    try:
+        st = p.stat()
+    except OSError:
+        raise UsageError(f"{p}: no such file",
+                         remedy="give the path of a pulled .ncu-rep or CSV") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{p} is a folder, not a report",
+                         remedy="give a .ncu-rep, .ncu-repz or ncu CSV file inside it "
+                                "(`gpuws pull` puts them under the run's folder)")
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{p} is not a regular file",
+                         remedy="give a .ncu-rep, .ncu-repz or ncu CSV file")
+    kind = report_child.kind_of(p)
+    if kind in ("rep", "repz"):
         try:
-            module = ncu_reader.load_ncu_report_module()
-        except ImportError as exc:
-            raise ReportError(
-                f"{p.name} is an Nsight Compute report and the ncu_report module is not "
-                f"installed ({exc})",
-                remedy="pip install ncu-report (or gpuws[report]), or export a CSV on the pod: "
-                       "ncu --import FILE --csv --page raw > FILE.csv") from exc
-        try:
-            kernels = ncu_reader.read_ncu_rep(str(p), module=module)
-            clocks = _rep_clocks(module, str(p))
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise ReportError(f"{p.name}: ncu_report could not read it ({exc})",
-                              remedy="check that the file was copied whole") from exc
-    else:
+            data = report_child.read_in_child(p, limits or report_child.Limits(), kind)
+        except report_child.ChildFailure as exc:
+            raise ReportError(f"{p.name}: {exc.cause}", remedy=exc.remedy) from None
+        kernels = [_clean(k) for k in data["kernels"]]
+        clocks = {int(k): v for k, v in data["clocks"].items()
+                  if str(k).isdigit() and isinstance(v, dict)}
+    elif kind == "text":
         text = p.read_text(encoding="utf-8", errors="replace")
         kernels = ncu_reader.read_csv(text)
         clocks = _csv_clocks(text)
+        if not kernels and text.strip() and not _looks_like_ncu(text):
+            raise _not_a_report(p)
+    else:
+        raise _not_a_report(p)
     for kernel in kernels:
         found = clocks.get(int(kernel.get("launch") or 0))
         if found:
-            kernel["clocks"] = found
+            kernel["clocks"] = {k: v for k, v in found.items()
+                                if isinstance(v, float) and math.isfinite(v)}
     if not kernels:
         raise ReportError(f"{p.name} holds no profiled kernel",
                           remedy="check that ncu profiled something (no 'No kernels were "
@@ -112,16 +131,40 @@ def read_report(path: str | Path) -> list[dict[str, Any]]:
     return kernels
 
 
-def _looks_like_text(path: Path) -> bool:
-    with path.open("rb") as f:
-        head = f.read(4096)
-    if b"\0" in head:
-        return False
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+def read_rep_here(path: str) -> tuple[list[dict[str, Any]], dict[int, dict[str, float]]]:
+    """A binary report read in this process: what the bounded child runs."""
+    module = ncu_reader.load_ncu_report_module()
+    return ncu_reader.read_ncu_rep(path, module=module), _rep_clocks(module, path)
+
+
+def _not_a_report(p: Path) -> ReportError:
+    return ReportError(f"{p.name} is not an Nsight Compute report (.ncu-rep, .ncu-repz or "
+                       "ncu's CSV)",
+                       remedy="give a report `gpuws pull` brought home, or the CSV of "
+                              "`ncu --import FILE --csv --page raw`")
+
+
+def _looks_like_ncu(text: str) -> bool:
+    """ncu's own words or CSV header somewhere in the first lines."""
+    head = text[:65536]
+    return "==PROF==" in head or "==WARNING==" in head or "==ERROR==" in head \
+        or '"Kernel Name"' in head or '"ID","Process ID"' in head
+
+
+def _clean(value: Any) -> Any:
+    """What the child handed back, made safe to print and to encode: strings valid UTF-8
+    (a lone surrogate from a mangled name becomes ``?``), numbers finite or None."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, bool) or value is None or isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {_clean(str(k)): _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return None
 
 
 def _rep_clocks(module: Any, path: str) -> dict[int, dict[str, float]]:
@@ -279,13 +322,5 @@ def render_report(kernels: list[dict[str, Any]], console: Console) -> None:
 
 
 def report_json(kernels: list[dict[str, Any]]) -> str:
-    """The launches as indented JSON (non-finite numbers become null)."""
-    def clean(value: Any) -> Any:
-        if isinstance(value, float) and not math.isfinite(value):
-            return None
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [clean(v) for v in value]
-        return value
-    return json.dumps(clean(kernels), indent=2, ensure_ascii=False)
+    """The launches as indented JSON: non-finite numbers null, every string valid UTF-8."""
+    return json.dumps(_clean(kernels), indent=2, ensure_ascii=False)

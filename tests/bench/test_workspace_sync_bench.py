@@ -35,3 +35,24 @@ def test_the_workspace_sync_bench_runs_both_tools(tmp_path: Path) -> None:
     assert all(math.isfinite(v) and v > 0 for v in r["ratios_gpuws_over_rsync"].values())
     assert r["files"] == 60 and r["tree_bytes"] > 0
     assert "goal ≤ 1.0× rsync for one changed file" in res.stdout
+
+
+@pytest.mark.skipif(shutil.which("rsync") is None,
+                    reason="needs rsync (apt-get install rsync): the bench runs it beside")
+def test_the_phase_bench_accounts_for_the_whole_process(tmp_path: Path) -> None:
+    """bench/workspace_sync_phases.py: each repetition's phases add up to the process's
+    wall time (nothing left uncounted), and its child sent exactly the edited file."""
+    out = tmp_path / "phases.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    res = subprocess.run([sys.executable, str(BENCH / "workspace_sync_phases.py"), "--files",
+                          "60", "--reps", "1", "--json", str(out)], capture_output=True,
+                         text=True, timeout=300, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    r = json.loads(out.read_text())
+    phases = r["phases_s"]
+    assert list(phases) == ["start, exit", "imports", "scan", "ssh config", "handshake",
+                            "agent start", "sync", "close", "print"]
+    assert all(v[0] > 0 for v in phases.values())
+    assert math.isclose(sum(v[0] for v in phases.values()), r["gpuws_wall_s"][0],
+                        rel_tol=1e-9)
+    assert r["rsync_s"][0] > 0 and all(x > 0 for x in r["ssh_true"][0])

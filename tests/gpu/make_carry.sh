@@ -3,7 +3,9 @@
 #
 #   bash tests/gpu/make_carry.sh [DEST]        # DEST defaults to .carry/sshd (git-ignored)
 #
-# bin/: sshd, sftp-server, ssh-keygen (copied, links resolved). lib/: every shared library
+# bin/: sshd, sftp-server, ssh-keygen, and the clients ssh and scp that the benches' by-hand
+# path runs (copied, links resolved; run_gpu_check.sh puts wrappers that set LD_LIBRARY_PATH
+# for them first on PATH). lib/: every shared library
 # `ldd` lists for them except glibc's own (libc, the dynamic loader, libm, libresolv...):
 # those belong to the host's loader and must be the host's. GLIBC names the newest glibc
 # symbol version the carried files need (the host's glibc must be at least that);
@@ -13,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:-.carry/sshd}
 LIMIT=$((20 * 1024 * 1024))
-BINS=(/usr/sbin/sshd /usr/lib/openssh/sftp-server /usr/bin/ssh-keygen)
+BINS=(/usr/sbin/sshd /usr/lib/openssh/sftp-server /usr/bin/ssh-keygen /usr/bin/ssh /usr/bin/scp)
 for b in "${BINS[@]}"; do
   [ -x "$b" ] || { echo "make_carry: $b is missing (apt-get install openssh-server)" >&2; exit 1; }
 done

@@ -6,8 +6,8 @@
 #   gemm       GPU-bound, one dominant GEMM (bf16 8192^3 through cuBLAS)
 #   saxpy      memory-bound kernel (the builtin; DRAM-bound with counters)
 #   tiny_grid  a kernel with 8 blocks of 256 threads (too small a grid for 132 SMs)
-# (A pass with counters blocked is not here: nothing in the agent can block them on
-# purpose yet; the lead's GPM work records that one.)
+# (Passes with counters blocked: tests/gpu/test_gpu_verdicts.py, which sets
+# GPUWS_COUNTERS=blocked for the agent and saves its streams the same way.)
 # Output: $OUT/verdict/<name>.ndjson, <name>.md, <name>.log. Usage (from the repo root):
 #   bash tests/gpu/record_verdict_characters.sh
 set -uo pipefail

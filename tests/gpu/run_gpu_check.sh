@@ -26,6 +26,18 @@ export GPUWS_GPU_OUT=$OUT/logs PATH=$PATH:/opt/nvidia/nsight-compute/2025.3.1
 # wheels and the nsys it must fit the 64 MiB a call carries.
 [ ! -d .carry/sshd ] && [ -f .carry/sshd.tar.xz ] && tar -C .carry -xJf .carry/sshd.tar.xz
 [ -d .carry/sshd ] && export GPUWS_CARRIED_SSHD=$PWD/.carry/sshd
+# The GPU machine has no ssh client: the carried one (with the carried libraries, for it
+# alone) serves the benches' by-hand path (scp + ssh), as a laptop's would.
+if [ -x .carry/sshd/bin/ssh ]; then
+  mkdir -p .carry/sshd/client
+  C=$GPUWS_CARRIED_SSHD
+  # (scp runs /usr/bin/ssh unless -S names another)
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib exec %s/bin/ssh "$@"\n' "$C" "$C" > .carry/sshd/client/ssh
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib exec %s/bin/scp -S %s/client/ssh "$@"\n' \
+    "$C" "$C" "$C" > .carry/sshd/client/scp
+  chmod 755 .carry/sshd/client/ssh .carry/sshd/client/scp
+  export PATH=$PWD/.carry/sshd/client:$PATH
+fi
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   ncu --version | tail -1; python3 -V; echo "carried sshd: ${GPUWS_CARRIED_SSHD:-none}"
@@ -35,7 +47,7 @@ export GPUWS_GPU_OUT=$OUT/logs PATH=$PATH:/opt/nvidia/nsight-compute/2025.3.1
 declare -A RESULT
 run_tests() {
   local name limit
-  for spec in ${GPU_TESTS:-e2e:240 pinning:200 python:150 laptop_faces:120 fleet:120 gpm:150 workspace:240 watch:300 nsys:300}; do
+  for spec in ${GPU_TESTS:-e2e:240 pinning:200 python:150 laptop_faces:120 fleet:120 gpm:150 verdicts:240 workspace:240 watch:300 nsys:300}; do
     name=${spec%%:*}; limit=${spec##*:}
     if [ "$name" = nsys ] && [ -f .carry/nsys/nsys-min.tar.xz ]; then
       # Last: the tests before it expect the machine as lent (no nsys, torch.profiler).

@@ -16,6 +16,7 @@ import queue
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -140,3 +141,35 @@ def test_three_edits_three_honest_verdicts(pod: Path, tmp_path: Path) -> None:
     assert "faster" in got[3].split("vs base")[0] and abs(medians[3] / medians[0] - 1) < 0.02
     assert "watch: the iterations" in "".join(seen)
     assert forked == [True] * 4, figures  # each child forked, none started afresh
+    # A comment's edit is no change: no difference against the first, at 95% and past the
+    # run-to-run floor.
+    assert "no difference" in got[1].split("vs base")[1], got[1]
+
+    # A second measurement of the two versions, each by its own `gpuws run` (a fresh
+    # Tier-1 child, no fork server): the same medians within 2% and the same verdict.
+    def measure(text: str) -> list[float]:
+        src.write_text(text)
+        res = subprocess.run([sys.executable, "-m", "gpuws", "run", "pod", "-F", str(pod),
+                              "-W", str(root), "-w", "file:bench/attn.py", "--tiers", "1",
+                              "--max-seconds", "3", "--json"], capture_output=True,
+                             text=True, env=env, stdin=subprocess.DEVNULL, timeout=300)
+        assert res.returncode == 0, res.stderr[-2000:]
+        values: list[float] = []
+        for raw in res.stdout.splitlines():
+            event = json.loads(raw) if raw.startswith("{") else {}
+            if event.get("type") == "samples":
+                values += event["values_ms"]
+        assert values, res.stdout[-2000:]
+        return values
+
+    from gpuws.sessions.compare import compare_samples, verdict_word
+
+    again_base, again_slow = measure(KERNEL), measure(edits[1])
+    again = [statistics.median(again_base) * 1e3, statistics.median(again_slow) * 1e3]
+    figures.update(second_measurement_us=again)
+    if OUT:
+        (OUT / "watch.json").write_text(json.dumps(figures, indent=2))
+    print(f"second measurement: {again[0]:.1f} µs, {again[1]:.1f} µs "
+          f"(watch: {medians[0]:.1f}, {medians[2]:.1f})")
+    assert abs(again[0] / medians[0] - 1) < 0.02 and abs(again[1] / medians[2] - 1) < 0.02
+    assert verdict_word(compare_samples(again_base, again_slow)) == "slower"

@@ -67,3 +67,33 @@ def test_the_verdict_leads_and_long_names_fold_away(store: Store, recorded: Modu
         in details
     assert md.count("\n</details>") == 1
     assert not any(line.startswith("| x | y |") for line in md.split("\n"))
+
+
+def test_a_counters_blocked_session_exports_its_verdict_with_its_sources(
+        store: Store, recorded: ModuleType) -> None:
+    """The recorded H200 saxpy run (Tier 1, static analysis) with Tier 3 replaced by the
+    counters-blocked fallback and a synthetic GPM window on Tier 1 (the fake and the
+    window as tests/live/test_verdicts_without_counters.py makes them)."""
+    from live.test_verdicts_without_counters import (  # type: ignore[import-not-found]
+        COPY_GPM,
+        FIXTURES,
+        blocked,
+    )
+
+    sid = store.open_session("pod", "local", None, 2.0, started=recorded.T0)
+    store.ingest(sid, recorded.probe_line())
+    events = blocked(FIXTURES / "recorded" / "saxpy_h200.ndjson", gpm1=COPY_GPM)
+    store.ingest_many(sid, [json.dumps(e).encode() + b"\n" for e in events])
+    md = export_session(store, sid, now=recorded.T0 + 100)
+    verdict = md[md.index("### Verdict"):md.index("###", md.index("### Verdict") + 4)]
+    assert ("**`saxpy`**: DRAM bandwidth-bound: 102% of the GPU's peak bandwidth, DRAM "
+            "bandwidth 85% utilised (NVML GPM) (from CUDA events, NVML GPM, static analysis, "
+            "without hardware counters).") in verdict
+    evidence = next(line for line in verdict.split("\n") if line.startswith("Evidence: ach"))
+    assert "achieved bandwidth 4,300.4 GB/s (CUDA events)" in evidence
+    assert "DRAM bandwidth utilisation 17.0% (NVML GPM)" in evidence
+    assert "GPU's work share of the GPM window (Tier 1's timed rounds) 20.0% (CUDA events)" \
+        in evidence
+    assert "DRAM bandwidth utilisation while the work ran (GPM ÷ work share) 85.0% (NVML " \
+        "GPM)" in evidence
+    assert "theoretical occupancy 100.0% (static analysis)" in evidence

@@ -7,12 +7,14 @@ machine (each server's ``pod_cache``), so what the sync wrote is checked on disk
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from gpuws import protocol
 from gpuws.client import AgentClient
 from gpuws.transport import make_transport
 from gpuws.workspace.sync import BATCH, WorkspaceSync
@@ -248,3 +250,75 @@ async def test_many_tiny_files_are_cut_into_puts_that_fit_a_line(
     there = Path(os.environ["GPUWS_POD_CACHE"]) / "workspaces" / ws.name
     assert sorted(p.read_text() for p in there.rglob("*.txt")) == sorted(
         str(i) for i in range(250))
+
+
+def count_applies(client: AgentClient) -> list[int]:
+    """How many workspace_apply requests each sync made (the real request, counted)."""
+    made = [0]
+    real = client.workspace_apply
+
+    async def counted(name: str, entries: list[protocol.WsEntry],
+                      tree: str) -> protocol.WorkspaceState:
+        made[0] += 1
+        return await real(name, entries, tree)
+
+    client.workspace_apply = counted  # type: ignore[method-assign]
+    return made
+
+
+async def test_a_new_process_sends_an_edit_with_its_apply(pod: tuple[AgentClient, Path],
+                                                          tmp_path: Path) -> None:
+    """`gpuws sync` as a new process after an edit: the edited file goes unasked (the
+    contents the kept hash cache had not seen), its put and the apply leave together, and
+    the pod applies at once: one put, one apply, on every transport."""
+    client, cache = pod
+    root = make_project(tmp_path / "proj")
+    await WorkspaceSync(root).sync(client)
+    applies = count_applies(client)
+    (root / "mykern" / "attn.py").write_text("def fused():\n    return 45\n")
+    fresh = await WorkspaceSync(root).sync(client)  # no memory but the data dir's
+    assert (fresh.blobs_sent, fresh.puts, fresh.written, applies[0]) == (1, 1, 1, 1)
+    there = cache / "workspaces" / fresh.name
+    assert (there / "mykern" / "attn.py").read_text() == "def fused():\n    return 45\n"
+
+    # Nothing changed: nothing sent, one apply.
+    applies[0] = 0
+    same = await WorkspaceSync(root).sync(client)
+    assert (same.blobs_sent, same.written, applies[0]) == (0, 0, 1)
+
+
+async def test_a_large_guess_asks_the_pod_first(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over PRESEND_BYTES the guess is not sent unasked (a checkout of another branch
+    whose blobs the pod may still hold): the pod names what it lacks, and only that goes."""
+    from gpuws.workspace import sync
+
+    monkeypatch.setattr(sync, "PRESEND_BYTES", 10)
+    root = make_project(tmp_path / "proj")
+    client = await AgentClient.connect(make_transport("local"))
+    try:
+        await WorkspaceSync(root).sync(client)
+        applies = count_applies(client)
+        (root / "mykern" / "attn.py").write_text("def fused():\n    return 46\n")
+        fresh = await WorkspaceSync(root).sync(client)
+    finally:
+        await client.close()
+    assert (fresh.blobs_sent, fresh.puts, fresh.written, applies[0]) == (1, 1, 1, 2)
+
+
+def test_sync_json_loads_nothing_it_does_not_use(tmp_path: Path) -> None:
+    """`gpuws sync --json` prints no Rich text, stores nothing and walks no .gitignore: it
+    must not pay for importing Rich, SQLite or pathspec at every start (a process, run
+    for real, against the local agent)."""
+    import subprocess
+    import sys
+
+    root = make_project(tmp_path / "proj")
+    code = ("import json, sys\nfrom gpuws.cli import main\n"
+            f"rc = main(['sync', 'local', '-W', {str(root)!r}, '--json'])\n"
+            "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'rich', 'textual', 'sqlite3', 'pathspec'})\n"
+            "sys.stderr.write(json.dumps([rc, heavy]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert json.loads(out.stderr.decode().splitlines()[-1]) == [0, []]
+    assert json.loads(out.stdout)["written"] == 43

@@ -6,17 +6,16 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console, ConsoleOptions, RenderableType
-from rich.segment import Segment
+from typing import TYPE_CHECKING, Any
 
 from ..client import AgentClient
 from ..errors import UsageError
 from ..text.textsafe import visible_lines
-from ..transport import make_transport
+from ..transport import Transport, make_transport
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def add_connection_args(p: argparse.ArgumentParser) -> None:
@@ -35,38 +34,27 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
                         "when the server refuses exec")
 
 
-async def connect(args: argparse.Namespace) -> AgentClient:
-    transport = make_transport(args.host, config_file=args.ssh_config, port=args.port,
-                               user=args.user, accept_new=args.accept_new,
-                               pty=True if getattr(args, "pty", False) else None)
-    return await AgentClient.connect(transport, python=args.python)
+def transport_for(args: argparse.Namespace) -> Transport:
+    """The transport the connection arguments name (not connected: nothing is sent)."""
+    return make_transport(args.host, config_file=args.ssh_config, port=args.port,
+                          user=args.user, accept_new=args.accept_new,
+                          pty=True if getattr(args, "pty", False) else None)
 
 
-class _TerminalSafeConsole(Console):
-    """A Rich console whose text never carries a control character to the terminal.
-
-    Each field from the pod is already made visible where it is printed (that is also
-    what keeps its newlines from drawing rows); this is the net under all of them: every
-    text segment passes :func:`~gpuws.text.textsafe.visible_lines` on its way out. Rich's
-    own escape sequences (colours, cursor moves) are made from styles and control
-    segments after this, so they are untouched.
-    """
-
-    def render(self, renderable: RenderableType,
-               options: ConsoleOptions | None = None) -> Iterable[Segment]:
-        for seg in super().render(renderable, options):
-            if seg.control is None and seg.text:
-                safe = visible_lines(seg.text)
-                if safe is not seg.text:
-                    seg = Segment(safe, seg.style)
-            yield seg
+async def connect(args: argparse.Namespace, transport: Transport | None = None) -> AgentClient:
+    """Connect (``transport``, or the one the arguments name) and start the agent."""
+    return await AgentClient.connect(transport or transport_for(args), python=args.python)
 
 
 def console(stderr: bool = False, markup: bool = True) -> Console:
     """A console for people. ``markup=False`` for anything that prints pod text: no
     ``[...]`` is parsed then, so only :class:`rich.text.Text` styles show. No control
-    character in any text reaches the terminal (:class:`_TerminalSafeConsole`)."""
-    return _TerminalSafeConsole(stderr=stderr, highlight=False, soft_wrap=False,
+    character in any text reaches the terminal (:class:`.safeconsole.TerminalSafeConsole`).
+    Rich is imported here, by the first command that prints for people: `sync --json`
+    never loads it."""
+    from .safeconsole import TerminalSafeConsole
+
+    return TerminalSafeConsole(stderr=stderr, highlight=False, soft_wrap=False,
                                 markup=markup, emoji=markup)
 
 

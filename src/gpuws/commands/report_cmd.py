@@ -12,7 +12,10 @@ from .common import console
 async def report(args: argparse.Namespace) -> int:
     kernels = read_report(args.file)
     if args.json:
-        sys.stdout.write(report_json(kernels) + "\n")
+        # Bytes, so that the JSON is UTF-8 whatever the terminal's locale says.
+        sys.stdout.flush()
+        sys.stdout.buffer.write((report_json(kernels) + "\n").encode("utf-8"))
+        sys.stdout.buffer.flush()
     else:
         render_report(kernels, console())
     return 0

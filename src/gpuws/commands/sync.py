@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from ..text import humanfmt
 from ..text.textsafe import visible
 from ..workspace.code import CodeRecord
+from ..workspace.manifest import Manifest
 from ..workspace.sync import SyncResult, WorkspaceSync
-from .common import connect, console, print_json
+from .common import connect, console, print_json, transport_for
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 
 def sync_line(synced: SyncResult, code: CodeRecord) -> Text:
     """``workspace NAME: 212 files (1.2 MB), sent 1 file (3.4 kB) in 0.08 s · tree … · git …``"""
+    from rich.text import Text  # here: `sync --json` prints no Rich text
+
     m = synced.manifest
     sent = (f"sent {synced.blobs_sent} file{'s' if synced.blobs_sent != 1 else ''} "
             f"({humanfmt.size(synced.bytes_sent)})" if synced.blobs_sent else "nothing to send")
@@ -27,20 +32,42 @@ def sync_line(synced: SyncResult, code: CodeRecord) -> Text:
 
 async def sync(args: argparse.Namespace) -> int:
     workspace = WorkspaceSync(args.workspace)
-    # Refused (a link out of the tree, a file over its cap...) before anything connects.
-    manifest = await asyncio.to_thread(workspace.scan)
-    client = await connect(args)
+    # The scan and what connecting needs first (asyncssh's import, `ssh -G`: ~0.15 s of a
+    # ~0.7 s process) go side by side; nothing connects until the scan has passed, so a
+    # tree that is refused (a link out of it, a file over its cap...) reaches no pod.
+    scanning = asyncio.create_task(asyncio.to_thread(workspace.scan))
+    preparing = asyncio.create_task(asyncio.to_thread(transport_for, args))
+    await asyncio.wait((scanning, preparing))
+    preparing.exception()  # looked at here: should both have failed, the refusal is shown
+    manifest = scanning.result()
+    transport = preparing.result()
+    # What the printed line names (git's commit and changed files) is asked of git, and
+    # the printer imported, while the pod is reached: the loop only waits then.
+    code = None if args.json else asyncio.create_task(asyncio.to_thread(_for_people,
+                                                                        workspace, manifest))
     try:
-        synced = await workspace.sync(client, manifest)
-    finally:
-        await client.close()
-    if args.json:
-        print_json({"name": synced.name, "root": synced.root, "files": len(manifest.entries),
-                    "tree_sha256": manifest.tree_sha256, "blobs_sent": synced.blobs_sent,
-                    "bytes_sent": synced.bytes_sent, "wire_bytes": synced.wire_bytes,
-                    "puts": synced.puts, "written": synced.written,
-                    "removed": synced.removed, "seconds": synced.seconds})
+        client = await connect(args, transport)
+        try:
+            synced = await workspace.sync(client, manifest)
+        finally:
+            await client.close()
+        if code is None:
+            print_json({"name": synced.name, "root": synced.root,
+                        "files": len(manifest.entries), "tree_sha256": manifest.tree_sha256,
+                        "blobs_sent": synced.blobs_sent, "bytes_sent": synced.bytes_sent,
+                        "wire_bytes": synced.wire_bytes, "puts": synced.puts,
+                        "written": synced.written, "removed": synced.removed,
+                        "seconds": synced.seconds})
+            return 0
+        console(markup=False).print(sync_line(synced, await code))
         return 0
-    console(markup=False).print(sync_line(synced, await asyncio.to_thread(workspace.code,
-                                                                          manifest)))
-    return 0
+    finally:
+        if code is not None and not code.done():
+            code.cancel()
+
+
+def _for_people(workspace: WorkspaceSync, manifest: Manifest) -> CodeRecord:
+    """The tree's code record, with Rich loaded for printing it (on a worker thread)."""
+    from . import safeconsole  # noqa: F401  (imported for what follows it)
+
+    return workspace.code(manifest)

@@ -38,8 +38,6 @@ import msgspec
 
 from .. import physical, protocol
 from ..errors import ProtocolError
-from ..sessions.artifacts import name_problem
-from ..sessions.store import REFUSAL_MARK
 from ..text.textsafe import visible
 from .telemetry import MAX_GPU_INDEX, MAX_GPUS
 
@@ -68,6 +66,10 @@ MAX_ARTIFACT_BYTES = 1 << 50
 #: Bad lines whose preview is kept.
 BAD_SAMPLES = 5
 
+#: In the body of the ``log`` event stored in place of a refused one: the store
+#: (sessions/store.py) lets a later event with the same seq replace it. Defined here, not
+#: in the store, so that checking an answer (every `gpuws sync`) loads no SQLite.
+REFUSAL_MARK = b"gpuws refused an event from the pod"
 #: How a stand-in for a refused event begins (the store lets a later event replace it).
 REFUSAL_PREFIX = REFUSAL_MARK.decode() + ": "
 
@@ -390,7 +392,10 @@ def _line(text: str, what: str) -> None:
 
 
 def _check_artifact(ev: protocol.Artifact, run_dir: str | None) -> None:
-    # The same rule the pull applies before writing (one rule for names on the laptop).
+    # The same rule the pull applies before writing (one rule for names on the laptop);
+    # imported here, as only a run's events carry artifacts (see REFUSAL_MARK).
+    from ..sessions.artifacts import name_problem
+
     why = name_problem(ev.name)
     if why is not None:
         raise Refused("artifact", f"artifact name {visible(ev.name, 120)!s}: {why}")

@@ -148,6 +148,8 @@ class RunModel:
     spec: protocol.RunSpec | None = None
     hostname: str = ""
     started: float | None = None
+    #: The GPU the run was pinned to (``RunStarted.gpu``), None where not said.
+    gpu: protocol.GpuTarget | None = None
     last_ts: float | None = None
     #: Which events were folded in already (each once, however often it arrives).
     seqs: SeqGate = field(default_factory=SeqGate)
@@ -244,6 +246,7 @@ class RunModel:
     def _fold_result(self, ev: protocol.Events) -> Part:
         if isinstance(ev, protocol.RunStarted):
             self.spec, self.hostname, self.started = ev.spec, ev.hostname, ev.ts
+            self.gpu = ev.gpu
             return "header"
         if isinstance(ev, protocol.Tier1Result):
             self.tier1 = ev

@@ -3,9 +3,9 @@
 The pod states its verdicts as the tiers end (``program_verdict``, ``kernel_verdict``,
 ``tier3_coverage``), with the logic of the agent it ran. A replay or an export reads the
 stored events again through the same pure functions (:mod:`..remote_agent.verdicts`),
-so an old session gets today's logic. What the laptop cannot recompute (a verdict built
-from NVML GPM samples the pod took, which no other event carries) is kept as the pod
-said it.
+so an old session gets today's logic. Without counters, the pod's own verdict is kept as
+it said it where there is one; else the laptop builds it from the same inputs the pod
+read (Tier 1, NVML GPM on the tiers' ``tier_finished``, static analysis).
 
 Also here: the one rule for long kernel tables (the top rows and one "others" row).
 """
@@ -22,7 +22,8 @@ import msgspec
 from .. import protocol
 from ..remote_agent.verdicts.kernel import (
     coverage,
-    gpm_of,
+    first_match,
+    gpm_window,
     kernel_verdict,
     kernel_verdict_without_counters,
 )
@@ -52,6 +53,10 @@ class Inputs:
     tier3_status: str | None = None
     #: A diagnosis said the counters are blocked (predicted, or ncu said so).
     counters_blocked: bool = False
+    #: The run's GPU's SM count as the probe read it (ncu's own, in the metrics, wins).
+    sm_count: int | None = None
+    #: NVML GPM by tier (1: Tier 1's timed rounds, 0: a ``cmd:``'s run), where sampled.
+    gpm: dict[int, protocol.GpmMetrics] = field(default_factory=dict)
     tier1: protocol.Tier1Result | None = None
     table: protocol.KernelTable | None = None
     metrics: list[protocol.KernelMetrics] = field(default_factory=list)
@@ -81,10 +86,14 @@ def inputs_from_events(events: Iterable[protocol.Events]) -> Inputs:
     for ev in events:
         if isinstance(ev, protocol.RunStarted):
             got.spec = ev.spec
+            got.sm_count = ev.gpu.sm_count if ev.gpu is not None else None
         elif isinstance(ev, protocol.TierStarted) and ev.tier == 3:
             got.tier3_argv = ev.argv or got.tier3_argv
-        elif isinstance(ev, protocol.TierFinished) and ev.tier == 3:
-            got.tier3_status = ev.status
+        elif isinstance(ev, protocol.TierFinished):
+            if ev.tier == 3:
+                got.tier3_status = ev.status
+            if ev.gpm is not None:
+                got.gpm[ev.tier] = ev.gpm
         elif isinstance(ev, protocol.Tier1Result):
             got.tier1 = ev
         elif isinstance(ev, protocol.KernelTable):
@@ -118,7 +127,9 @@ def inputs_from_model(model: RunModel) -> Inputs:
                   rules=list(model.rules), static=list(model.static),
                   pod_program=model.program_verdict, pod_kernels=list(model.kernel_verdicts),
                   pod_coverage=model.coverage,
-                  counters_blocked=any(d.code == "counters_blocked" for d in model.diagnoses))
+                  counters_blocked=any(d.code == "counters_blocked" for d in model.diagnoses),
+                  sm_count=model.gpu.sm_count if model.gpu is not None else None,
+                  gpm={t: s.gpm for t, s in model.tiers.items() if s.gpm is not None})
 
 
 def tier3_regex(argv: Sequence[str] | None) -> str | None:
@@ -150,21 +161,26 @@ def derive(got: Inputs) -> Verdicts:
                 continue
             seen.add(m.kernel)
             rules = [msgspec.to_builtins(r) for r in got.rules if r.kernel == m.kernel]
-            kernels.append(_convert(kernel_verdict(msgspec.to_builtins(m), rules),
-                                    protocol.KernelVerdict))
+            kernels.append(_convert(kernel_verdict(msgspec.to_builtins(m), rules,
+                                                   got.sm_count), protocol.KernelVerdict))
         if got.table is not None:
             cov = _convert(coverage(
                 msgspec.to_builtins(got.table), [m.kernel for m in got.metrics], regex=regex,
                 launch_skip=got.spec.launch_skip if got.spec else 0,
                 launch_count=got.spec.launch_count if got.spec else 1), protocol.Tier3Coverage)
-    elif not kernels and (got.counters_blocked or got.tier3_status in ("fallback", "skipped")) \
-            and (got.tier1 is not None or got.static):
-        static = got.static[-1] if got.static else None
-        name = static.kernel if static is not None else (regex or "the workload")
-        tier1 = msgspec.to_builtins(got.tier1) if got.tier1 is not None else None
-        kernels = [_convert(kernel_verdict_without_counters(
-            name, tier1, msgspec.to_builtins(static) if static is not None else None,
-            gpm_of(tier1)), protocol.KernelVerdict)]
+    elif not kernels and (got.counters_blocked or got.tier3_status in ("fallback", "skipped")):
+        rows = msgspec.to_builtins(got.table.kernels) if got.table is not None else None
+        tier1_gpm, run_gpm = (msgspec.to_builtins(got.gpm[t]) if t in got.gpm else None
+                              for t in (1, 0))
+        gpm = gpm_window(tier1_gpm, run_gpm, rows)
+        if got.tier1 is not None or got.static or gpm is not None:
+            static = got.static[-1] if got.static else None
+            name = (static.kernel if static is not None
+                    else first_match(rows, regex) or "the workload")
+            tier1 = msgspec.to_builtins(got.tier1) if got.tier1 is not None else None
+            kernels = [_convert(kernel_verdict_without_counters(
+                name, tier1, msgspec.to_builtins(static) if static is not None else None,
+                gpm), protocol.KernelVerdict)]
     return Verdicts(program, kernels, cov)
 
 

@@ -74,11 +74,12 @@ def workspace_dir(name: str) -> str:
 
 def split_path(path: Any) -> List[str]:
     """A manifest path's components, refusing anything that is not a plain relative path."""
-    if not isinstance(path, str) or not path or len(path.encode("utf-8", "surrogatepass")) \
-            > MAX_PATH:
+    if not isinstance(path, str) or not path or "\x00" in path \
+            or len(path.encode("utf-8", "surrogatepass")) > MAX_PATH:
         raise WorkspaceError("invalid path in the manifest: %r" % (path,)[:200])
     parts = path.split("/")
-    if len(parts) > MAX_DEPTH or any(p in ("", ".", "..") or "\x00" in p for p in parts):
+    # Membership tests in C: a manifest holds thousands of paths.
+    if len(parts) > MAX_DEPTH or "" in parts or "." in parts or ".." in parts:
         raise WorkspaceError("invalid path in the manifest: %r" % (path,)[:200])
     return parts
 
@@ -268,8 +269,10 @@ def parse_entries(entries: Any) -> List[Tuple[str, List[str], int, str, int]]:
         if e[0] in seen:
             raise WorkspaceError("%r is twice in the manifest" % e[0])
         seen.add(e[0])
-        for i in range(1, len(parts)):
-            dirs.add("/".join(parts[:i]))
+        parent = e[0].rpartition("/")[0]
+        if parent and parent not in dirs:  # its own parents are in once it is
+            for i in range(1, len(parts)):
+                dirs.add("/".join(parts[:i]))
         out.append((e[0], parts, int(e[1]), _check_sha(e[2]), _int(e[3], "size", MAX_BLOB)))
     clash = seen & dirs
     if clash:
@@ -364,25 +367,34 @@ def _open_root(name: str) -> int:
         os.close(top_fd)
 
 
-def _up_to_date(root: str, parts: List[str], mode: int, sha: str, old: Any,
+def _up_to_date(root: str, path: str, mode: int, sha: str, old: Any,
                 checked: Dict[str, bool]) -> bool:
     """Whether the file is as the last apply left it (same hash and mode asked, and on disk
     the same size, mtime, inode and mode, with every directory above it a real one)."""
     if not isinstance(old, list) or len(old) != 5 or old[0] != sha or old[1] != mode:
         return False
-    path = root
-    for part in parts[:-1]:
-        path = os.path.join(path, part)
-        ok = checked.get(path)
-        if ok is None:
-            st = _lstat(path)
-            ok = checked[path] = st is not None and stat.S_ISDIR(st.st_mode)
-        if not ok:
-            return False
-    st = _lstat(os.path.join(path, parts[-1]))
+    parent = path.rpartition("/")[0]
+    if parent and not _real_dir(root, parent, checked):
+        return False
+    st = _lstat(root + "/" + path)
     return (st is not None and stat.S_ISREG(st.st_mode) and st.st_size == old[2]
             and st.st_mtime_ns == old[3] and st.st_ino == old[4]
             and stat.S_IMODE(st.st_mode) == mode)
+
+
+def _real_dir(root: str, rel: str, checked: Dict[str, bool]) -> bool:
+    """Whether ``rel`` and every directory above it are real directories (no link), each
+    looked at once per apply."""
+    ok = checked.get(rel)
+    if ok is None:
+        parent = rel.rpartition("/")[0]
+        if parent and not _real_dir(root, parent, checked):
+            ok = False
+        else:
+            st = _lstat(root + "/" + rel)
+            ok = st is not None and stat.S_ISDIR(st.st_mode)
+        checked[rel] = ok
+    return ok
 
 
 def apply(name: str, entries: Any, tree: Any) -> Dict[str, Any]:
@@ -399,7 +411,7 @@ def apply(name: str, entries: Any, tree: Any) -> Dict[str, Any]:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one apply per workspace at a time
         state = _load_state(name)
         checked: Dict[str, bool] = {}
-        todo = [f for f in files if not _up_to_date(root, f[1], f[2], f[3], state.get(f[0]),
+        todo = [f for f in files if not _up_to_date(root, f[0], f[2], f[3], state.get(f[0]),
                                                    checked)]
         missing = sorted({f[3] for f in todo if not has_blob(f[3])})
         if missing:
@@ -419,8 +431,9 @@ def apply(name: str, entries: Any, tree: Any) -> Dict[str, Any]:
                     new_state[path] = rec
         finally:
             dirs.close()
-        _save_state(name, tree, new_state)
-        prune_blobs()
+        if todo or removed or new_state != state:
+            _save_state(name, tree, new_state)
+        prune_blobs(current=(name, new_state))
         if corrupt:
             # A blob changed in the store since it was verified: it is gone now, and the
             # laptop sends it again (the files already written stay written).
@@ -437,10 +450,12 @@ def apply(name: str, entries: Any, tree: Any) -> Dict[str, Any]:
 PRUNE_AGE_S = 3600.0
 
 
-def prune_blobs(now: Optional[float] = None) -> int:
+def prune_blobs(now: Optional[float] = None,
+                current: Optional[Tuple[str, Dict[str, List[Any]]]] = None) -> int:
     """Remove blobs (and abandoned ``.part`` files) that no workspace's state names and
     that are older than :data:`PRUNE_AGE_S`, so the store does not grow without bound
-    with every version ever sent. Returns how many went."""
+    with every version ever sent. Returns how many went. ``current`` is the (name, files)
+    state the caller has just written, used instead of reading it back."""
     cutoff = (time.time() if now is None else now) - PRUNE_AGE_S
     referenced: Set[str] = set()
     state_dir = os.path.join(workspaces_root(), ".state")
@@ -450,7 +465,10 @@ def prune_blobs(now: Optional[float] = None) -> int:
         return 0
     for entry in names:
         if entry.endswith(".json"):
-            for rec in _load_state(entry[:-5]).values():
+            # The workspace just applied is taken as written, not read back.
+            state = (current[1] if current is not None and entry[:-5] == current[0]
+                     else _load_state(entry[:-5]))
+            for rec in state.values():
                 if isinstance(rec, list) and rec:
                     referenced.add(str(rec[0]))
     removed = 0

@@ -52,6 +52,7 @@ _LABELS = {
     "l1_hit_pct": "L1 hit rate", "l2_hit_pct": "L2 hit rate",
     "tensor_pipe_active_pct": "tensor pipe active", "flops": "FLOPs",
     "dram_bytes": "DRAM bytes", "arithmetic_intensity": "arithmetic intensity",
+    "sm_count": "SMs on the GPU", "waves_per_sm": "waves of blocks per SM",
 }
 _REPORT_TYPES = ("tier_started", "tier_finished", "tier1_result", "kernel_table",
                  "static_analysis")

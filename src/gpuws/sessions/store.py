@@ -28,15 +28,13 @@ import msgspec
 
 from gpuws import protocol
 from gpuws.errors import StoreError, TransferError, UsageError
+from gpuws.live.boundary import REFUSAL_MARK
 from gpuws.locations import db_path, ensure_private_dir
 from gpuws.workspace.code import CodeRecord
 
 #: Anything ``ingest`` takes: a decoded event, or the raw JSON line it came from (stored
 #: byte for byte, which is cheaper than re-encoding and keeps the record exact).
 Ingestible = protocol.Event | bytes
-#: In the body of the ``log`` event the trust boundary stores in place of a refused one
-#: (gpuws.live.boundary); a later event with the same seq replaces it.
-REFUSAL_MARK = b"gpuws refused an event from the pod"
 
 
 class SessionRow(msgspec.Struct, frozen=True, kw_only=True):

@@ -22,9 +22,10 @@ a whole report.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from rich.markup import escape as _rich_escape
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.text import Text
 
 #: C0 controls but tab, DEL, C1 controls (0x9b is a one-byte CSI to many terminals), and
 #: the Unicode format characters that reorder or hide text (bidi marks, embeddings,
@@ -67,12 +68,18 @@ def visible(value: object, limit: int | None = DEFAULT_LIMIT) -> str:
 
 def text(value: object, style: str = "", limit: int | None = DEFAULT_LIMIT) -> Text:
     """A Rich ``Text`` of ``visible(value)``: styled, never parsed for markup."""
+    # Rich is imported where it is used: the core checks text with visible() on paths
+    # (`gpuws sync --json`, the agent link) that never print through Rich.
+    from rich.text import Text
+
     return Text(visible(value, limit), style=style)
 
 
 def markup_escape(value: object, limit: int | None = DEFAULT_LIMIT) -> str:
     """``visible(value)`` escaped for a place that insists on markup strings."""
-    return _rich_escape(visible(value, limit))
+    from rich.markup import escape
+
+    return escape(visible(value, limit))
 
 
 def visible_lines(text: str) -> str:

@@ -31,7 +31,9 @@ from ..live.feed import Batch, EventFeed
 from ..live.link import Link, Target, UnknownHostKey
 from ..live.storeio import StoreHandle
 from ..live.telemetry import TelemetryHistory
+from ..live.watchloop import WatchLoop
 from ..locations import gpuws_home
+from ..runspec import LaunchOptions
 from ..sessions.cost import Economics
 from ..text.textsafe import visible, visible_lines
 from . import workers
@@ -125,6 +127,8 @@ class GpuwsApp(App[int]):
         self.latencies: list[float] = []
         self._shut_down = False
         self._economics_timer: Timer | None = None
+        #: The watch loop the watch screen shows (one at a time), while it runs.
+        self.watch_loop: WatchLoop | None = None
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -267,7 +271,8 @@ class GpuwsApp(App[int]):
                        f"compare {run_id} with {base}")
         link = self.link
         finished = any(isinstance(e, protocol.RunFinished) for e in events)
-        if finished and link is not None and run_id in link.following:
+        watching = self.watch_loop is not None and run_id in self.watch_loop.run_ids
+        if finished and link is not None and run_id in link.following and not watching:
             # The engine pulls its artifacts (the one "finished → pull" rule).
             self.notify(f"run {run_id} finished", timeout=5, markup=False)
 
@@ -444,6 +449,35 @@ class GpuwsApp(App[int]):
         first when one is given."""
         self._work(workers.launch(self, spec, baseline, workspace), "run",
                    f"start {spec.workload}")
+
+    def start_watch(self, options: LaunchOptions, baseline: str | None) -> None:
+        """Run the watch loop for the launcher's options on this connection (called by the
+        launcher, which checked them): every save is a run, shown on the watch screen."""
+        from ..live.watchloop import watched_paths
+        from .screens.watch import WatchScreen
+
+        if self.watch_loop is not None and not self.watch_loop.stopped:
+            self.notify("a watch loop runs already: esc on its screen stops it",
+                        severity="warning", markup=False)
+            return
+        roots = watched_paths(options.workspace, options.workload)
+        screen = WatchScreen(options.workload, roots)
+        self.pop_screen()  # the launcher
+        self.push_screen(screen)
+        self._work(workers.watch(self, screen, options, roots, baseline), "watch",
+                   f"watch {options.workload}")
+
+    def stop_watch(self) -> None:
+        """End the watch loop; an iteration's run is cancelled on the pod (and stored)."""
+        if self.watch_loop is not None:
+            self.watch_loop.stop(cancel_run=True)
+
+    def mark_watch_baseline(self, n: int) -> None:
+        """Compare the watch loop's iterations with iteration ``n`` from now on."""
+        loop = self.watch_loop
+        if loop is not None:
+            self._work(workers.watch_baseline(self, loop, n), "store",
+                       f"compare the iterations with #{n}")
 
     def cancel_run(self, run_id: str) -> None:
         """Cancel a run on the pod."""

@@ -12,6 +12,7 @@ from textual.message import Message
 
 from .. import protocol
 from ..live.link import Link
+from ..live.watchloop import Iteration, WatchStatus
 from ..sessions.cost import Economics
 from ..sessions.store import ArtifactRow, RunRow
 from .hosts import HostEntry, SessionSummary
@@ -180,3 +181,27 @@ class ArtifactsData(Message, bubble=False):
         self.run_id = run_id
         self.rows = rows
         super().__init__()
+
+
+class WatchIterationDone(Message, bubble=False):
+    """An iteration of the watch loop ended, or its comparison with the baseline changed
+    (discrete: never merged). ``baseline_n`` is the iteration that is the baseline (None:
+    a stored run, or none yet), ``baseline_ms`` its median."""
+
+    def __init__(self, iteration: Iteration, baseline_n: int | None,
+                 baseline_ms: float | None) -> None:
+        self.iteration = iteration
+        self.baseline_n = baseline_n
+        self.baseline_ms = baseline_ms
+        super().__init__()
+
+
+class WatchStatusChanged(Message, bubble=False):
+    """Where the watch loop is (a gauge: the newest replaces a pending one)."""
+
+    def __init__(self, status: WatchStatus) -> None:
+        self.status = status
+        super().__init__()
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, WatchStatusChanged)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ from rich.text import Text
 from textual.screen import Screen
 
 from .. import protocol
-from ..errors import GpuwsError, StoreError
+from ..errors import GpuwsError, StoreError, UsageError
 from ..live.link import Link, Target
 from ..live.replay import MAX_RUNS, RecordingFile, play, read_session, stream
 from ..locations import ensure_private_dir
@@ -40,15 +41,20 @@ from .messages import (
     ResultsData,
     SessionsData,
     StepChanged,
+    WatchIterationDone,
+    WatchStatusChanged,
 )
 from .results import load_results as read_results
 from .screens.artifacts import ArtifactsScreen
 from .screens.sessions import SessionsScreen
 
 if TYPE_CHECKING:
+    from ..live.watchloop import Iteration, WatchLoop, WatchStatus
+    from ..runspec import LaunchOptions
     from .app import GpuwsApp, StartReplay
     from .screens.connecting import ConnectingScreen
     from .screens.run import RunScreen
+    from .screens.watch import WatchScreen
 
 
 async def connect(app: GpuwsApp, target: Target, screen: ConnectingScreen) -> None:
@@ -144,6 +150,64 @@ async def launch(app: GpuwsApp, spec: protocol.RunSpec, baseline: str | None,
         app.pending_baselines[info.run_id] = baseline
     app.pop_screen()  # the launcher
     app.open_run_screen(info.run_id, live=True)
+
+
+async def watch(app: GpuwsApp, screen: WatchScreen, options: LaunchOptions, roots: list[Path],
+                baseline: str | None) -> None:
+    """The watch loop (``live.watchloop``, as ``gpuws watch`` runs it) on the app's engine:
+    each iteration and status goes to ``screen``; it ends when the screen's esc stops it.
+    Each iteration's spec is the launcher's, as one of this connection's session
+    (``RunSpec.fork_server``, as ``gpuws watch`` sends it)."""
+    import msgspec
+
+    from ..live.watchloop import WatchLoop, WatchStatus
+    from ..runspec import build_spec
+    from .screens.watch import snapshot
+
+    samples: list[float] | None = None
+    workspace = None
+    try:
+        _link(app)
+        if baseline:
+            base = baseline
+            samples = await app.store.call(lambda s: s.samples(s.run(base).run_id))
+            if not samples:
+                raise UsageError(f"baseline {base}: that run has no Tier-1 samples",
+                                 remedy="choose a run that ran Tier 1, or none")
+        if options.workspace:
+            from ..workspace.sync import WorkspaceSync
+
+            workspace = WorkspaceSync(options.workspace)
+            await asyncio.to_thread(workspace.scan)  # refused before anything runs
+    except GpuwsError:
+        # The banner says why (the app's one failure handler); the screen says it stopped.
+        screen.post_message(WatchStatusChanged(WatchStatus("stopped", 0, 0)))
+        raise
+
+    def make_spec() -> protocol.RunSpec:
+        return msgspec.structs.replace(build_spec(options), fork_server=True)
+
+    def iteration(it: Iteration) -> None:
+        median = statistics.median(loop.baseline) if loop.baseline else None
+        screen.post_message(WatchIterationDone(snapshot(it), loop.baseline_n, median))
+
+    def status(now: WatchStatus) -> None:
+        screen.post_message(WatchStatusChanged(now))
+
+    loop = WatchLoop(app.engine, roots, make_spec, workspace=workspace, baseline=samples,
+                     baseline_label=baseline, on_iteration=iteration, on_status=status)
+    app.watch_loop = loop
+    try:
+        await loop.run()
+    finally:
+        loop.stop()  # a failure ends the loop too: the screen's esc then only leaves
+    app.notify(f"watch ended after {len(loop.iterations)} iteration(s), each a stored run of "
+               "this session", timeout=6, markup=False)
+
+
+async def watch_baseline(app: GpuwsApp, loop: WatchLoop, n: int) -> None:
+    """Make iteration ``n`` the watch loop's baseline (its iterations compared again)."""
+    await loop.set_baseline(n)
 
 
 async def cancel(app: GpuwsApp, run_id: str) -> None:

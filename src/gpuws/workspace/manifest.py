@@ -11,20 +11,27 @@ a symlink that leaves the tree, a file over :attr:`Caps.file_bytes`, a tree over
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
-import pathspec
+import msgspec
 
 from .. import protocol
-from ..errors import WorkspaceError
+from ..errors import GpuwsError, WorkspaceError
+from ..locations import ensure_private_dir
 from ..protocol import MAX_LINE
 from ..text import humanfmt
+
+if TYPE_CHECKING:
+    import pathspec
 
 #: Directories never sent outside a git work tree (git's own ignore rules decide inside one).
 JUNK_DIRS = frozenset({
@@ -73,21 +80,131 @@ class Manifest:
         return {e.path: e for e in self.entries}
 
 
+#: A hash is kept for the next process only when the file's ctime and mtime lie this far
+#: before the moment it was read: an edit right after the read, within the same tick of the
+#: kernel's coarse clock (or the 2 s of a FAT mtime), would leave size, times and inode as
+#: they were, and a later process would trust the old hash. Git's index handles the same
+#: race ("racily clean" entries) by comparing with the index file's own mtime.
+RACY_NS = 3_000_000_000
+#: The format of the persisted cache (:meth:`HashCache.save`); another one is ignored.
+CACHE_FORMAT = 1
+#: A persisted cache larger than this is ignored unread (5,000 entries of the bench's tree,
+#: whose absolute paths are ~70 bytes, took 0.97 MB: 20,000 such are ~4 MB).
+MAX_CACHE_BYTES = 64 << 20
+
+_Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+_NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _CacheFile(msgspec.Struct, forbid_unknown_fields=True):
+    """The persisted cache: per absolute path (size, mtime_ns, ctime_ns, inode, sha256)."""
+
+    format: int
+    root: str
+    files: dict[str, tuple[_NonNegative, int, int, _NonNegative, _Sha256]]
+    #: The contents of the racy files: not trusted for any path, only known to exist.
+    recent: list[_Sha256] = []
+
+
 @dataclass
 class HashCache:
     """sha256 of files already hashed, trusted while size, mtime, ctime and inode agree
-    (what git's index trusts): a repeated sync hashes only what changed."""
+    (what git's index trusts): a repeated sync hashes only what changed.
+
+    With a ``file`` it outlives the process (:meth:`load`, :meth:`save`): a new ``gpuws
+    sync`` reads only the files changed since the last one, not the whole tree. A hash
+    read within :data:`RACY_NS` of its file's last change is trusted in this process only.
+    """
 
     known: dict[str, tuple[int, int, int, int, str]] = field(default_factory=dict)
+    #: Where the cache is kept between processes (None: in memory only).
+    file: Path | None = None
+    #: The directory whose files it holds (a persisted cache of another one is ignored).
+    root: str = ""
+    #: Paths hashed too soon after their last change to be persisted (see RACY_NS).
+    racy: set[str] = field(default_factory=set)
+    #: Contents an earlier process hashed in racy files (known, trusted for no path).
+    recent: set[str] = field(default_factory=set)
+    #: Changed since it was loaded or saved.
+    dirty: bool = False
+
+    def lookup(self, path: str, st: os.stat_result) -> str | None:
+        """The cached hash of ``path`` if ``st`` is the state it was hashed in."""
+        hit = self.known.get(path)
+        if hit is not None and hit[:4] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                           st.st_ino):
+            return hit[4]
+        return None
 
     def sha256(self, path: str, st: os.stat_result) -> str:
         key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
         hit = self.known.get(path)
         if hit is not None and hit[:4] == key:
             return hit[4]
+        read_at = time.time_ns()  # before the read: an edit after it must not go unseen
         digest = _hash_file(path, st.st_size)
         self.known[path] = (*key, digest)
+        if max(st.st_ctime_ns, st.st_mtime_ns) >= read_at - RACY_NS:
+            self.racy.add(path)
+        else:
+            self.racy.discard(path)
+        self.dirty = True
         return digest
+
+    def forget(self, path: str) -> None:
+        """Hash ``path`` again next time (its bytes did not match the cached hash)."""
+        if self.known.pop(path, None) is not None:
+            self.dirty = True
+
+    def keep_only(self, paths: set[str]) -> None:
+        """Drop the files no longer in the tree (so the cache never outgrows it)."""
+        gone = [p for p in self.known if p not in paths]
+        for p in gone:
+            del self.known[p]
+        self.racy &= paths
+        self.dirty = self.dirty or bool(gone)
+
+    @classmethod
+    def load(cls, file: Path, root: Path) -> HashCache:
+        """The cache kept in ``file`` for ``root``; empty when there is none, or it is
+        unreadable, too large, of another format or another directory (every file is
+        then hashed again: a bad cache costs time, never a wrong hash)."""
+        cache = cls(file=file, root=str(root))
+        try:
+            with open(file, "rb") as f:
+                if os.fstat(f.fileno()).st_size > MAX_CACHE_BYTES:
+                    return cache
+                data = msgspec.json.decode(f.read(), type=_CacheFile)
+        except (OSError, msgspec.ValidationError, msgspec.DecodeError):
+            return cache
+        if data.format == CACHE_FORMAT and data.root == cache.root:
+            cache.known = dict(data.files)
+            cache.recent = set(data.recent)
+        return cache
+
+    def contents(self) -> set[str]:
+        """Every content this cache has seen in the directory (racy files' included)."""
+        return {v[4] for v in self.known.values()} | self.recent
+
+    def save(self) -> None:
+        """Keep the cache for the next process (atomically, 0600 in a 0700 directory),
+        without its racy entries. Best effort: a home that cannot be written only costs
+        the next process the time to hash again."""
+        if self.file is None or not self.dirty:
+            return
+        files = {p: v for p, v in self.known.items() if p not in self.racy}
+        recent = sorted({self.known[p][4] for p in self.racy if p in self.known})
+        data = msgspec.json.encode(_CacheFile(CACHE_FORMAT, self.root, files, recent))
+        tmp = self.file.with_name(f".{self.file.name}.{os.getpid()}.tmp")
+        with contextlib.suppress(OSError, GpuwsError):
+            ensure_private_dir(self.file.parent)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.file)
+            self.dirty = False
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def tree_sha256(entries: list[protocol.WsEntry]) -> str:
@@ -125,6 +242,7 @@ def scan(directory: Path, caps: Caps = DEFAULT_CAPS, cache: HashCache | None = N
     names = _git_files(root) if git else _walked_files(root)
     cache = cache if cache is not None else HashCache()
     found: list[tuple[str, int, int, str]] = []  # (path, mode, size, absolute path)
+    looked: dict[str, os.stat_result] = {}
     for rel in names:
         full = os.path.join(root, rel)
         try:
@@ -151,6 +269,7 @@ def scan(directory: Path, caps: Caps = DEFAULT_CAPS, cache: HashCache | None = N
                                         "give -W a smaller directory")
         mode = 0o755 if st.st_mode & 0o111 else 0o644
         found.append((rel, mode, st.st_size, full))
+        looked[rel] = st
     _check_sizes(root, found, caps)
     # The manifest travels as one request line; each entry is its path, a hash and ~40
     # bytes of JSON. Far beyond any tree within the caps' defaults, but a cap raised (or
@@ -163,8 +282,13 @@ def scan(directory: Path, caps: Caps = DEFAULT_CAPS, cache: HashCache | None = N
                                     "smaller directory")
     entries = []
     for rel, mode, _, full in sorted(found, key=lambda f: f[0].encode("utf-8")):
-        st = os.stat(full)  # the size that goes with the hash, should the file have grown
-        entries.append(protocol.WsEntry(rel, mode, cache.sha256(full, st), st.st_size))
+        st = looked[rel]
+        digest = cache.lookup(full, st)  # the first look suffices where the cache knows it
+        if digest is None:
+            st = os.stat(full)  # the size that goes with the hash, should the file have grown
+            digest = cache.sha256(full, st)
+        entries.append(protocol.WsEntry(rel, mode, digest, st.st_size))
+    cache.keep_only({f[3] for f in found})
     return Manifest(root, entries, tree_sha256(entries), git)
 
 
@@ -235,6 +359,10 @@ def _walked_files(root: Path) -> Iterator[str]:
         specs = [(b, s) for b, s in specs if not rel_top or rel_top == b or not b
                  or rel_top.startswith(b + "/")]
         if ".gitignore" in files:
+            # Imported here: a git work tree (git decides) or a tree without .gitignore
+            # never needs it, and it is ~30 ms of every `gpuws sync`'s start.
+            import pathspec
+
             try:
                 lines = Path(top, ".gitignore").read_text("utf-8", "replace").splitlines()
                 specs.append((rel_top, pathspec.GitIgnoreSpec.from_lines(lines)))

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from .. import protocol
 from ..client import AgentClient
-from ..errors import ProtocolError, WorkspaceError
+from ..errors import GpuwsError, ProtocolError, WorkspaceError
+from ..locations import gpuws_home
 from ..text.textsafe import visible
 from .code import CodeRecord, TreeDiff, diff_entries
 from .gitinfo import GitState, git_state
@@ -39,6 +40,10 @@ MAX_PIECES = 8192
 IN_FLIGHT = 4
 #: A batch is sent compressed only when zlib (level 1: ~300 MB/s) saves this share.
 ZLIB_GAIN = 0.9
+#: At most this many bytes of a new process's guess (the files changed since the last
+#: scan) are sent before the pod is asked what it lacks: about what a 100 Mbit/s link
+#: carries in the time of a round trip and an apply of a large tree on the pod.
+PRESEND_BYTES = 512 << 10
 #: Rounds of "still missing" an apply may answer before the sync gives up.
 ROUNDS = 3
 
@@ -82,13 +87,28 @@ class WorkspaceSync:
         self.root = Path(directory).expanduser().resolve()
         self.caps = caps
         self.name = name or workspace_name(self.root)
-        self.cache = HashCache()
+        #: Loaded by the first :meth:`scan` (it reads a file: not on the event loop).
+        self.cache: HashCache | None = None
         #: The manifest the pod confirmed last (None before the first sync).
         self.last: Manifest | None = None
+        #: The last scan's tree and the contents the hash cache had not seen before it.
+        self._unseen: tuple[str, set[str]] = ("", set())
 
     def scan(self) -> Manifest:
-        """The manifest now, refused (``WorkspaceError``) before anything is sent."""
-        return scan(self.root, self.caps, self.cache)
+        """The manifest now, refused (``WorkspaceError``) before anything is sent.
+
+        Files are hashed only where size, mtime, ctime or inode changed since the last
+        scan of this directory, by this process or an earlier one (the hash cache is kept
+        in the data directory's ``hashes/``).
+        """
+        if self.cache is None:
+            self.cache = _load_cache(self.root)
+        before = self.cache.contents()
+        manifest = scan(self.root, self.caps, self.cache)
+        self.cache.save()
+        self._unseen = (manifest.tree_sha256,
+                        {e.sha256 for e in manifest.entries} - before)
+        return manifest
 
     def code(self, manifest: Manifest) -> CodeRecord:
         """What a run in this tree records: the tree hash and, in git, commit and changes."""
@@ -106,40 +126,62 @@ class WorkspaceSync:
         previous = self.last.entries if self.last is not None else []
         result = SyncResult(self.name, "", manifest, diff_entries(previous, manifest.entries))
         wanted = {e.sha256 for e in manifest.entries}
+        sizes = {e.sha256: e.size for e in manifest.entries}
+        guess: set[str] = set()
         if self.last is not None:
             # What changed since the last sync is what the pod lacks, most likely: sent
             # before the apply, it saves a round trip per edit.
-            old = {e.sha256 for e in self.last.entries}
-            await self._send(client, manifest, wanted - old, result)
-        for _ in range(ROUNDS + 1):
-            state = await client.workspace_apply(self.name, manifest.entries,
-                                                 manifest.tree_sha256)
-            if state.name != self.name:
-                raise ProtocolError(f"the pod answered for workspace {visible(state.name, 80)} "
-                                    f"when asked for {self.name}", title="Refused answer")
-            if state.applied:
-                result.root, result.written, result.removed = (state.root, state.written,
-                                                               state.removed)
-                break
-            strange = set(state.missing) - wanted
-            if strange or not state.missing:
-                raise ProtocolError("the pod asked for content this workspace does not hold "
-                                    f"({visible(sorted(strange)[0] if strange else '', 70)})",
-                                    title="Refused answer",
-                                    remedy="the agent on the pod is not gpuws's own; reconnect")
-            await self._send(client, manifest, set(state.missing), result)
-        else:
-            raise ProtocolError(f"the pod still lacked files after {ROUNDS} rounds",
-                                remedy="check free disk space on the pod and sync again")
+            guess = wanted - {e.sha256 for e in self.last.entries}
+        elif self._unseen[0] == manifest.tree_sha256:
+            # A new process: the contents this directory's hash cache had not seen (the
+            # edits since the last scan, by any process). A wrong guess costs bytes, so
+            # only a small one is sent unasked; a large one (a first sync, another
+            # branch checked out) waits for the pod to say what it lacks.
+            unseen = self._unseen[1] & wanted
+            if sum(sizes[h] for h in unseen) <= PRESEND_BYTES:
+                guess = unseen
+        # The puts' lines go out before the apply's, which the pod answers after them:
+        # the apply need not wait for their answers, one round trip for both.
+        puts = await self._send(client, manifest, guess, result)
+        try:
+            for _ in range(ROUNDS + 1):
+                state = await client.workspace_apply(self.name, manifest.entries,
+                                                     manifest.tree_sha256)
+                await _stored(puts, manifest)
+                puts = []
+                if state.name != self.name:
+                    raise ProtocolError(f"the pod answered for workspace "
+                                        f"{visible(state.name, 80)} when asked for "
+                                        f"{self.name}", title="Refused answer")
+                if state.applied:
+                    result.root, result.written, result.removed = (state.root, state.written,
+                                                                   state.removed)
+                    break
+                strange = set(state.missing) - wanted
+                if strange or not state.missing:
+                    odd = visible(sorted(strange)[0] if strange else "", 70)
+                    raise ProtocolError("the pod asked for content this workspace does not "
+                                        f"hold ({odd})",
+                                        title="Refused answer",
+                                        remedy="the agent on the pod is not gpuws's own; "
+                                               "reconnect")
+                puts = await self._send(client, manifest, set(state.missing), result)
+            else:
+                raise ProtocolError(f"the pod still lacked files after {ROUNDS} rounds",
+                                    remedy="check free disk space on the pod and sync again")
+        finally:
+            for task in puts:
+                task.cancel()
         self.last = manifest
         result.seconds = time.monotonic() - t0
         return result
 
     async def _send(self, client: AgentClient, manifest: Manifest, hashes: set[str],
-                    result: SyncResult) -> None:
-        """The blobs ``hashes`` in puts of at most :data:`BATCH` bytes, a few in flight."""
+                    result: SyncResult) -> list[asyncio.Task[protocol.WorkspaceStored]]:
+        """Write the blobs ``hashes`` in puts of at most :data:`BATCH` bytes, a few in
+        flight; returns the puts whose answers are still to come (:func:`_stored`)."""
         if not hashes:
-            return
+            return []
         first: dict[str, protocol.WsEntry] = {}
         for e in manifest.entries:
             first.setdefault(e.sha256, e)
@@ -154,29 +196,21 @@ class WorkspaceSync:
             groups[-1].append(first[sha])
             size += first[sha].size
         slots = asyncio.Semaphore(IN_FLIGHT)
-        tasks: list[asyncio.Task[None]] = []
+        tasks: list[asyncio.Task[protocol.WorkspaceStored]] = []
         batch = _Batch()
-
-        async def put(pieces: list[protocol.WsPiece], data: str, small: bool) -> None:
-            try:
-                stored = await client.workspace_put(pieces, data, small)
-                if stored.refused:
-                    bad = ", ".join(first[s].path for s in stored.refused[:3] if s in first)
-                    raise WorkspaceError(f"the pod refused the content of {visible(bad, 300)} "
-                                         "(it changed while being sent?)", remedy="sync again")
-            finally:
-                slots.release()
 
         async def flush() -> None:
             await slots.acquire()
             pieces, raw = batch.take()
             # Encoded off the loop (4 MiB through zlib and base64 is tens of ms), but here,
-            # in order: a task writes its line when it starts, so puts leave in the order
-            # made, and the pieces of a large blob arrive in the order the pod needs.
+            # in order: each line is written as its put is made, so puts leave in the
+            # order made, and the pieces of a large blob arrive in the order the pod needs.
             data, small = await asyncio.to_thread(_encode, raw)
             result.wire_bytes += len(data)
             result.puts += 1
-            tasks.append(asyncio.create_task(put(pieces, data, small)))
+            put = client.workspace_put_submitted(pieces, data, small)
+            put.add_done_callback(lambda _: slots.release())
+            tasks.append(put)
 
         try:
             for group in groups:
@@ -193,10 +227,13 @@ class WorkspaceSync:
                             break
             if batch.pieces:
                 await flush()
-            await asyncio.gather(*tasks)
-        finally:
+            # A put refused while later ones were being made ends the sync here.
+            await _stored([t for t in tasks if t.done()], manifest)
+        except BaseException:
             for task in tasks:
                 task.cancel()
+            raise
+        return tasks
 
     def _read_all(self, entries: list[protocol.WsEntry]) -> list[bytes]:
         return [self._read(e) for e in entries]
@@ -210,9 +247,38 @@ class WorkspaceSync:
             raise WorkspaceError(f"cannot read {entry.path}: {exc.strerror or exc}",
                                  remedy="sync again") from exc
         if hashlib.sha256(data).hexdigest() != entry.sha256:
+            if self.cache is not None:
+                # A hash the cache held and the file no longer has: hashed again next
+                # time, so "sync again" is a remedy, not a loop.
+                for key in (path, os.path.realpath(path)):  # a link's hash is its target's
+                    self.cache.forget(key)
+                self.cache.save()
             raise WorkspaceError(f"{entry.path} changed while the workspace was being sent",
                                  remedy="sync again")
         return data
+
+
+async def _stored(puts: list[asyncio.Task[protocol.WorkspaceStored]],
+                  manifest: Manifest) -> None:
+    """Wait for the puts' answers; a blob the pod refused ends the sync."""
+    if not puts:
+        return
+    paths = {e.sha256: e.path for e in manifest.entries}
+    for stored in await asyncio.gather(*puts):
+        if stored.refused:
+            bad = ", ".join(paths[s] for s in stored.refused[:3] if s in paths)
+            raise WorkspaceError(f"the pod refused the content of {visible(bad, 300)} "
+                                 "(it changed while being sent?)", remedy="sync again")
+
+
+def _load_cache(root: Path) -> HashCache:
+    """The hash cache of ``root`` kept by earlier processes (in memory only when the data
+    directory cannot be made)."""
+    try:
+        folder = gpuws_home() / "hashes"
+    except GpuwsError:
+        return HashCache(root=str(root))
+    return HashCache.load(folder / f"{workspace_name(root)}.json", root)
 
 
 def _encode(raw: bytes) -> tuple[str, bool]:

@@ -297,3 +297,76 @@ def test_gaps_of_several_processes_add_up() -> None:
                             "largest_gap_ns": 10}])
     assert (got["gap_count"], got["largest_gap_ns"], got["gpu_idle_pct"]) == (
         4, 20, pytest.approx(100 * 50 / 150))
+
+
+def test_gaps_per_launch_tell_launch_cost_from_a_host_away_between_bursts() -> None:
+    # The recorded attention table (12 launches), idle 76% of a 10 ms span (7.6 ms idle).
+    table = _with_timeline(76.0, 0.0)
+    # 12 gaps of 633 µs, one per launch: each wait is far longer than a launch costs the
+    # host (tens of µs): the host does something else each step.
+    slow_steps = program_verdict(dict(table, span_ns=10e6, gap_count=12,
+                                      largest_gap_ns=700_000.0))
+    assert slow_steps["bound"] == "host"
+    assert "(1.00 gaps per launch)" in slow_steps["findings"][0]["detail"]
+    # Ten times the launches in a 400 µs span (304 µs idle) in 5 gaps of 60.8 µs: short
+    # waits, but one per 24 launches: bursts of launches, the host away between them.
+    bursts = dict(table, kernels=[dict(r, calls=r["calls"] * 10) for r in table["kernels"]])
+    few = program_verdict(dict(bursts, span_ns=400_000.0, gap_count=5,
+                               largest_gap_ns=100_000.0))
+    ev = {e["name"]: e["value"] for e in few["findings"][0]["evidence"]}
+    assert ev["mean idle gap"] == pytest.approx(60_800.0)
+    assert ev["idle gaps per launch"] == pytest.approx(5 / 120)
+    assert few["bound"] == "host"
+    # 120 gaps of 2.5 µs for those 120 launches: launch-bound.
+    many = program_verdict(dict(bursts, span_ns=400_000.0, gap_count=120,
+                                largest_gap_ns=10_000.0))
+    assert many["bound"] == "launch"
+
+
+def test_a_one_off_gap_is_set_aside_only_among_many() -> None:
+    table = _with_timeline(90.0, 0.0)  # 9 ms idle in a 10 ms span
+    # One 8.5 ms gap (94% of the idle) among 20: set aside; the other 19 gaps hold 0.5 ms
+    # of a 1.5 ms rest: busy 67%, GPU-bound, with the one-off said.
+    v = program_verdict(dict(table, span_ns=10e6, gap_count=20, largest_gap_ns=8.5e6))
+    assert v["bound"] == "gpu" and v["gpu_busy_pct"] == pytest.approx(10.0)
+    one_off = next(f for f in v["findings"] if f["code"] == "one_off_gap")
+    assert one_off["title"] == "One idle gap of 8.5 ms (85% of the span) is set aside"
+    assert "busy 67% of the time" in one_off["detail"]
+    # Among 9 gaps the rest shows no rhythm: nothing is set aside.
+    v = program_verdict(dict(table, span_ns=10e6, gap_count=9, largest_gap_ns=8.5e6))
+    assert v["bound"] != "gpu" and not any(f["code"] == "one_off_gap" for f in v["findings"])
+    # A hostile table (largest gap over the idle time, negative figures) sets nothing aside.
+    for bad in ({"largest_gap_ns": 50e6}, {"largest_gap_ns": -1.0}, {"span_ns": -5.0}):
+        v = program_verdict({**table, "span_ns": 10e6, "gap_count": 20,
+                             "largest_gap_ns": 8.5e6, **bad})
+        assert not any(f["code"] == "one_off_gap" for f in v["findings"]), bad
+
+
+def test_ncus_own_sm_count_and_waves_tell_a_grid_too_small() -> None:
+    # The recorded H200 saxpy launch (ncu's raw page): launch__sm_count 132, 248 waves.
+    launch = read_raw_csv((H200 / "saxpy_raw.csv").read_text())[0]
+    assert (launch["metrics"]["sm_count"], launch["grid"]) == (132.0, "(262144, 1, 1)")
+    assert launch["metrics"]["waves_per_sm"] == pytest.approx(248.24, abs=0.01)
+    v = kernel_verdict(launch, sm_count=7)  # ncu's count wins over a probe's
+    sms = next(e for e in v["evidence"] if e["name"] == "SMs on the GPU")
+    assert (sms["value"], sms["source"]) == (132.0, "ncu")
+    # The same launch cut to 8 blocks with both units idle (as the recorded H100 tiny grid
+    # read: SM 0.1%, memory 2.2%, occupancy 12%): too small a grid, from ncu's count alone.
+    idle = dict(launch["metrics"], sm_throughput_pct=0.1, memory_throughput_pct=2.2,
+                dram_throughput_pct=0.5, achieved_occupancy_pct=12.0, waves_per_sm=0.004)
+    tiny = kernel_verdict(dict(launch, grid="(8, 1, 1)", metrics=idle))
+    assert tiny["bound"] == "small_grid" and "8 block(s) for 132 SMs" in tiny["sentence"]
+    # 132 blocks, one per SM, but a twentieth of a wave: each SM holds one small block.
+    one_each = kernel_verdict(dict(launch, grid="(132, 1, 1)",
+                                   metrics=dict(idle, waves_per_sm=0.06)))
+    assert one_each["bound"] == "small_grid"
+    assert "make 0.06 of a wave on 132 SMs" in one_each["sentence"]
+    # A full wave with few warps is latency with too few warps, not the grid's size.
+    full = kernel_verdict(dict(launch, grid="(2112, 1, 1)",
+                               metrics=dict(idle, waves_per_sm=1.0)))
+    assert full["bound"] == "occupancy"
+    # A hostile count (0, negative, absurd) is not believed: the probe's is used.
+    for bad in (0.0, -132.0, 1e12):
+        v = kernel_verdict(dict(launch, grid="(8, 1, 1)", metrics=dict(idle, sm_count=bad)),
+                           sm_count=16)
+        assert "8 block(s) for 16 SMs" in v["sentence"], bad

@@ -2,9 +2,10 @@
 
 After Tier 2: the program verdict, with whether Tier 3's target is worth profiling.
 After Tier 3: a kernel verdict per profiled kernel and the check of Tier 3 against
-Tier 2. When counters are blocked: a kernel verdict from Tier 1 and static analysis,
-read back from the run's own event log (the events are the one record of what each tier
-found; the log is durable and already holds them).
+Tier 2. When counters are blocked: a kernel verdict from Tier 1, NVML GPM (Tier 1's
+window, else a ``cmd:``'s run) and static analysis, read back from the run's own event
+log (the events are the one record of what each tier found; the log is durable and
+already holds them).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .. import wire
 from ..safefiles import read_regular
 from ..verdicts.kernel import (
     coverage,
-    gpm_of,
+    gpm_window,
     kernel_verdict,
     kernel_verdict_without_counters,
 )
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 LOG_READ_LIMIT = 64 << 20
 F = TypeVar("F", bound=Callable[..., None])
 #: The event types the fallback verdict reads back.
-_WANTED = ("tier1_result", "static_analysis", "kernel_table")
+_WANTED = ("tier1_result", "static_analysis", "kernel_table", "tier_finished")
 
 
 def stated(what: str) -> Callable[[F], F]:
@@ -82,20 +83,25 @@ def after_tier3(ctx: "RunContext", launches: List[Dict[str, Any]],
 
 @stated("kernel")
 def without_counters(ctx: "RunContext", target: Optional[str]) -> None:
-    """Emit the kernel verdict from Tier 1 and static analysis (counters blocked)."""
+    """Emit the kernel verdict from Tier 1, NVML GPM and static analysis (counters
+    blocked)."""
     seen = own_events(ctx)
     tier1 = seen.get("tier1_result")
     static = seen.get("static_analysis")
+    table = seen.get("kernel_table")
+    gpm = gpm_window((seen.get("tier_finished:1") or {}).get("gpm"),
+                     (seen.get("tier_finished:0") or {}).get("gpm"),
+                     list((table or {}).get("kernels") or []))
     kernel = (static or {}).get("kernel") or target
-    if tier1 is None and static is None:
+    if tier1 is None and static is None and gpm is None:
         return  # nothing to judge by: the diagnosis already says what was not measured
     ctx.emit(wire.make("kernel_verdict", **kernel_verdict_without_counters(
-        str(kernel or "the workload"), tier1, static, gpm_of(tier1))))
-
+        str(kernel or "the workload"), tier1, static, gpm)))
 
 
 def own_events(ctx: "RunContext") -> Dict[str, Dict[str, Any]]:
-    """The last event of each wanted type in the run's own log."""
+    """The last event of each wanted type in the run's own log (``tier_finished`` by
+    tier: ``tier_finished:1``)."""
     try:
         data = read_regular(os.path.join(ctx.run_dir, "events.ndjson"), LOG_READ_LIMIT)
     except OSError:
@@ -110,7 +116,10 @@ def own_events(ctx: "RunContext") -> Dict[str, Dict[str, Any]]:
         except ValueError:
             continue
         if isinstance(event, dict):
-            found[str(event.get("type"))] = event
+            kind = str(event.get("type"))
+            if kind == "tier_finished":
+                kind = "tier_finished:%s" % event.get("tier")
+            found[kind] = event
     return found
 
 

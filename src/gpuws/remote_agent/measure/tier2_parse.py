@@ -294,6 +294,11 @@ def timeline_stats(spans: Mapping[int, tuple[int, int]],
 
 
 _KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+_RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+#: The host calls that wait for the GPU (runtime and driver API; nsys suffixes the
+#: runtime's with its version, ``cudaStreamSynchronize_v3020``). A blocking copy to the
+#: host (``.item()``) is a cudaMemcpyAsync then a cudaStreamSynchronize: counted once.
+SYNC_CALL = re.compile(r"^(cuda(Stream|Device|Event)Synchronize|cu(Stream|Ctx|Event)Synchronize)")
 _COPY_TABLES = (("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"), ("CUPTI_ACTIVITY_KIND_MEMSET", "memset"))
 
 
@@ -370,8 +375,29 @@ def _read_nsys_db(con: Any) -> dict[str, Any]:
             parts.append(f"SELECT {tdev}, start, end, '{kind}' FROM {table} WHERE end > start")
     ordered = con.execute(" UNION ALL ".join(parts) + " ORDER BY 1, 2")
     stats = timeline_stats(spans, ((int(d), int(s), int(e), str(k)) for d, s, e, k in ordered))
+    syncs = None
+    if _RUNTIME in tables and "StringIds" in tables and "nameId" in _columns(con, _RUNTIME):
+        syncs = [(int(lo), int(hi)) for name, lo, hi in con.execute(
+            f"SELECT s.value, r.start, r.end FROM {_RUNTIME} AS r JOIN StringIds AS s "
+            "ON s.id = r.nameId WHERE s.value LIKE '%ynchronize%' AND r.end >= r.start")
+            if SYNC_CALL.match(str(name))]
     return {"kernels": kernels, "kernel_count": sum(k["calls"] for k in kernels),
-            "devices": len(spans), **stats}
+            "devices": len(spans), **stats, **sync_stats(spans, syncs)}
+
+
+def sync_stats(spans: Mapping[int, tuple[int, int]], syncs: list[tuple[int, int]] | None
+               ) -> dict[str, Any]:
+    """The host's waits for the GPU that end inside the kernel span (first kernel's start
+    to the last one's end, over every device): how many, and the host time blocked in them.
+    None for both where the trace has no host API calls to look in."""
+    if syncs is None:
+        return {"sync_count": None, "sync_ns": None}
+    if not spans:
+        return {"sync_count": 0, "sync_ns": 0}
+    lo = min(a for a, _ in spans.values())
+    hi = max(b for _, b in spans.values())
+    inside = [(a, b) for a, b in syncs if lo <= b <= hi]
+    return {"sync_count": len(inside), "sync_ns": sum(b - a for a, b in inside)}
 
 
 # ----------------------------------------------------------------------------- ranking
@@ -429,10 +455,21 @@ def parse_torch_trace(trace: Mapping[str, Any]) -> dict[str, Any]:
         raise Tier2ParseError("not a Chrome trace: no traceEvents list")
     intervals: list[tuple[int, int, int, str]] = []
     kernels: dict[str, list[float]] = {}
+    syncs: list[tuple[int, int]] | None = None
     for ev in events:
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
-        kind = _TRACE_KINDS.get(str(ev.get("cat", "")).lower())
+        cat = str(ev.get("cat", "")).lower()
+        if cat in ("cuda_runtime", "cuda_driver"):
+            syncs = syncs if syncs is not None else []  # the trace has host API calls
+            if SYNC_CALL.match(str(ev.get("name", ""))):
+                try:
+                    start = round(float(ev["ts"]) * 1000.0)
+                    syncs.append((start, start + round(float(ev["dur"]) * 1000.0)))
+                except (KeyError, TypeError, ValueError):
+                    pass
+            continue
+        kind = _TRACE_KINDS.get(cat)
         if kind is None:
             continue
         try:
@@ -459,20 +496,25 @@ def parse_torch_trace(trace: Mapping[str, Any]) -> dict[str, Any]:
     rows = [{"name": name, "calls": int(calls), "total_ns": float(total),
              "mean_ns": float(total) / calls if calls else 0.0}
             for name, (calls, total) in kernels.items()]
-    return {"kernels": rows, **timeline_stats(spans, intervals)}
+    return {"kernels": rows, **timeline_stats(spans, intervals), **sync_stats(spans, syncs)}
 
 
 def merge_timelines(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The idle and memcpy shares of several processes' timelines (spans and gaps summed,
     the longest gap kept)."""
     span = idle = memcpy = gaps = longest = 0
+    sync_count: int | None = None
+    sync_ns: int | None = None
     for part in parts:
+        if part.get("sync_count") is not None:
+            sync_count = (sync_count or 0) + int(part.get("sync_count") or 0)
+            sync_ns = (sync_ns or 0) + int(part.get("sync_ns") or 0)
         span += int(part.get("span_ns") or 0)
         idle += int(part.get("idle_ns") or 0)
         memcpy += int(part.get("memcpy_ns") or 0)
         gaps += int(part.get("gap_count") or 0)
         longest = max(longest, int(part.get("largest_gap_ns") or 0))
     return {"span_ns": span, "idle_ns": idle, "memcpy_ns": memcpy, "gap_count": gaps,
-            "largest_gap_ns": longest,
+            "largest_gap_ns": longest, "sync_count": sync_count, "sync_ns": sync_ns,
             "gpu_idle_pct": 100.0 * idle / span if span > 0 else None,
             "memcpy_pct": 100.0 * memcpy / span if span > 0 else None}

@@ -26,7 +26,8 @@ NCU_METRICS = ["duration_ns", "sm_throughput_pct", "memory_throughput_pct",
                "dram_throughput_pct", "achieved_occupancy_pct", "l1_hit_pct", "l2_hit_pct",
                "tensor_pipe_active_pct", "warp stall reasons", "flops", "dram_bytes"]
 #: What Tier 2's timeline adds to its kernel table (``protocol.KernelTable``).
-TIMELINE_KEYS = ("gpu_idle_pct", "memcpy_pct", "span_ns", "gap_count", "largest_gap_ns")
+TIMELINE_KEYS = ("gpu_idle_pct", "memcpy_pct", "span_ns", "gap_count", "largest_gap_ns",
+                 "sync_count", "sync_ns")
 COUNTER_REMEDIES = [
     "on the host: options nvidia NVreg_RestrictProfilingToAdminUsers=0 in "
     "/etc/modprobe.d/, then reboot (or reload the nvidia module)",
@@ -226,10 +227,16 @@ def run_command(ctx: "RunContext", command: str, pod: Pod) -> None:
     table = tier2(ctx, pod, argv, python=False, inject=inject, recorded=recorded) \
         if 2 in tiers else None
     if 3 in tiers and not procs.CANCELLED["flag"]:
-        tier3(ctx, pod, argv, table, None, python=False, measured={
+        regex = ctx.spec.get("kernel_regex")  # the person's --kernel-regex, else the top
+        fell_back = tier3(ctx, pod, argv, table, regex, python=False, measured={
             "setup_s": wall0, "tier2_wall_s": time.time() - t2 if 2 in tiers else None,
             "setup_basis": "the command's own run" + (
                 " (under torch.profiler)" if recorded is not None else "")})
+        if fell_back:
+            # No Tier 1 here: GPM over the command's run is what there is.
+            from ..verdicts.kernel import first_match
+
+            findings.without_counters(ctx, first_match(table, regex))
 
 
 def command_argv(ctx: "RunContext", command: str) -> List[str]:
@@ -840,6 +847,9 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
     learn_passes(ctx, parser.profiled)
     kernel_ns = sum(float(x["metrics"].get("duration_ns") or 0) for x in launches)
     gpu_s = kernel_ns * max(passes, 1) / 1e9  # each replay pass runs the kernel again
+    # Tier 3's time is up to its end, the report read: what the estimate says it is.
+    wall = time.time() - t0
+    learn_start(ctx, wall, estimate, (measured or {}).get("setup_s"), parser.profiled)
     ctx.emit(wire.make("tier_finished", tier=3, status="ok", wall_s=wall, gpu_s=gpu_s,
                        source="ncu_report" if launches and launches[0].get("source") ==
                        "ncu_report" else "csv",
@@ -860,6 +870,7 @@ def tier3_estimate(ctx: "RunContext", table: Optional[List[Dict[str, Any]]],
     key = tier3_cost.plan_key(run_cc(ctx), ctx.spec.get("ncu_set"),
                               ctx.spec.get("ncu_sections"), DEFAULT_SECTIONS)
     inputs["passes_here"] = tier3_cost.learnt(runs.cache_root()).get(key)
+    inputs["start_here"] = tier3_cost.learnt_start(runs.cache_root())
     est = tier3_cost.estimate(ctx.spec, table, regex, default_sections=DEFAULT_SECTIONS,
                               **inputs)
     est["cheaper"] = tier3_cost.cheaper_plans(ctx.spec, est, table, regex,
@@ -885,6 +896,20 @@ def learn_passes(ctx: "RunContext", profiled: List[Dict[str, Any]]) -> None:
         key = tier3_cost.plan_key(run_cc(ctx), ctx.spec.get("ncu_set"),
                                   ctx.spec.get("ncu_sections"), DEFAULT_SECTIONS)
         tier3_cost.remember_passes(runs.cache_root(), key, counts.pop())
+
+
+def learn_start(ctx: "RunContext", wall_s: float, estimate: Dict[str, Any],
+                setup_s: Optional[float], profiled: List[Dict[str, Any]]) -> None:
+    """Remember what ncu's own start took in this Tier 3, so the next estimate on this pod
+    uses it (kernel replay only: application replay starts the workload once a pass)."""
+    from . import tier3_cost
+
+    if ctx.spec.get("replay_mode") in tier3_cost.APPLICATION_REPLAY:
+        return
+    counts = [int(p.get("passes") or 0) for p in profiled]
+    passes = max(counts) if counts else 0
+    tier3_cost.remember_start(runs.cache_root(), tier3_cost.start_seen(
+        wall_s, estimate, None if setup_s is None else float(setup_s), passes, len(counts)))
 
 
 def tier3_budget(ctx: "RunContext", estimate: Dict[str, Any], t0: float) -> None:

@@ -132,6 +132,8 @@ def read_results(out: str, max_bytes: int = MAX_READ_BYTES) -> Dict[str, Any]:
             "span_ns": shares["span_ns"] or None,
             "gap_count": shares["gap_count"] if shares["span_ns"] else None,
             "largest_gap_ns": shares["largest_gap_ns"] if shares["span_ns"] else None,
+            "sync_count": shares["sync_count"] if shares["span_ns"] else None,
+            "sync_ns": shares["sync_ns"] if shares["span_ns"] else None,
             "processes": len(pids), "problems": problems}
 
 

@@ -1042,3 +1042,99 @@ def telemetry(nvml_lib: str = NVML_LIB, smi: str | None = None) -> list[dict[str
         return []
     rows, error = query_gpus(smi_path, TELEMETRY_FIELDS)
     return [] if error is not None else samples_from_query(rows)
+
+
+# ----------------------------------------------------------------------------- SM count
+#: The CUDA driver's soname (the driver installs it beside NVML).
+CUDA_LIB = "libcuda.so.1"
+#: ``CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`` (cuda.h).
+CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+#: cuInit on an idle GPU answers well under a second; a hung driver must not hang the probe.
+_CUDA_TIMEOUT_S = 10.0
+#: What a GPU can have (a B200 has 148; a bound, not a guess about future parts).
+_MAX_SMS = 100_000
+
+# NVML has no SM count (its core count needs a per-architecture cores-per-SM table), so
+# the CUDA driver is asked: cuDeviceGetAttribute(MULTIPROCESSOR_COUNT) through ctypes. It
+# runs in a child process: cuInit in the agent itself would make every fork of it unable
+# to use CUDA and would keep the driver's state in a long-lived process, and a hung driver
+# is a child to kill, not a thread stuck for good. The child prints one JSON object
+# {PCI bus id: SMs}; CUDA_VISIBLE_DEVICES is dropped so it sees the GPUs NVML lists.
+_SM_COUNT_SCRIPT = r"""
+import ctypes, json, sys
+try:
+    lib = ctypes.CDLL(sys.argv[1])
+except OSError:
+    print("{}"); sys.exit(0)
+out = {}
+n = ctypes.c_int(0)
+if lib.cuInit(0) == 0 and lib.cuDeviceGetCount(ctypes.byref(n)) == 0:
+    for i in range(min(n.value, 1024)):
+        dev, sms = ctypes.c_int(0), ctypes.c_int(0)
+        bus = ctypes.create_string_buffer(64)
+        if (lib.cuDeviceGet(ctypes.byref(dev), i) == 0
+                and lib.cuDeviceGetAttribute(ctypes.byref(sms), %d, dev) == 0
+                and lib.cuDeviceGetPCIBusId(bus, 64, dev) == 0):
+            key = bus.value.decode("ascii", "replace")
+            out[key] = None if key in out else sms.value  # two devices on one bus: MIG
+print(json.dumps(out))
+""" % CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+
+_BUS_ID = re.compile(
+    r"^\s*([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-9a-fA-F])\s*$")
+
+
+def bus_key(bus_id: str | None) -> tuple[int, int, int, int] | None:
+    """A PCI bus id as numbers, so NVML's ``00000000:3B:00.0`` and the CUDA driver's
+    ``0000:3b:00.0`` compare equal; None for anything else."""
+    m = _BUS_ID.match(bus_id or "")
+    if m is None:
+        return None
+    dom, bus, dev, fn = (int(g, 16) for g in m.groups())
+    return dom, bus, dev, fn
+
+
+def parse_sm_counts(text: str) -> dict[tuple[int, int, int, int], int]:
+    """The child's JSON (``{bus id: SMs}``) as ``{bus key: SMs}``; whatever is not a bus
+    id with a whole count in 1..100,000 is left out (MIG's shared bus ids are None)."""
+    try:
+        import json
+
+        data = json.loads(text.strip().splitlines()[-1]) if text.strip() else {}
+    except ValueError:
+        return {}
+    out: dict[tuple[int, int, int, int], int] = {}
+    if not isinstance(data, dict):
+        return out
+    for bus, sms in list(data.items())[:1024]:
+        key = bus_key(bus) if isinstance(bus, str) else None
+        if key is not None and type(sms) is int and 1 <= sms <= _MAX_SMS:
+            out[key] = sms
+    return out
+
+
+def sm_counts(cuda_lib: str = CUDA_LIB, python: str | None = None,
+              timeout_s: float = _CUDA_TIMEOUT_S) -> dict[tuple[int, int, int, int], int]:
+    """Each GPU's SM count from the CUDA driver, by PCI bus key (:func:`bus_key`); empty
+    where the driver cannot be loaded, answers nothing, or does not answer in time."""
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    try:
+        res = subprocess.run([python or sys.executable, "-I", "-c", _SM_COUNT_SCRIPT, cuda_lib],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, env=env, timeout=timeout_s, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    if res.returncode != 0:
+        return {}
+    return parse_sm_counts(res.stdout[:1 << 16].decode("utf-8", "replace"))
+
+
+def add_sm_counts(gpus: list[dict[str, Any]], counts: dict[tuple[int, int, int, int], int]
+                  ) -> None:
+    """Set each GPU's ``sm_count`` from :func:`sm_counts` where its bus id matches."""
+    for gpu in gpus:
+        key = bus_key(gpu.get("pci_bus_id"))
+        if key is not None and key in counts:
+            gpu["sm_count"] = counts[key]

@@ -200,8 +200,10 @@ def target_event(choice: Choice) -> Optional[Dict[str, Any]]:
     gpu = choice.gpu
     if gpu is None:
         return None
+    sms = gpu.get("sm_count")
     return {"index": int(gpu["index"]), "uuid": gpu.get("uuid"),
-            "name": str(gpu.get("name") or ""), "busy": choice.busy}
+            "name": str(gpu.get("name") or ""), "busy": choice.busy,
+            "sm_count": sms if isinstance(sms, int) and not isinstance(sms, bool) else None}
 
 
 def busy_sentence(choice: Choice) -> str:

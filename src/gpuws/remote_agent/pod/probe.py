@@ -263,11 +263,26 @@ def counters_verdict(admin_only: bool | None, cap_eff: int | None, uid: int | No
     }
 
 
+#: ``GPUWS_COUNTERS=blocked`` in the agent's environment: Tier 3 takes the counters as
+#: blocked whatever the driver allows, so a person (or tests/gpu/test_gpu_verdicts.py)
+#: sees on a GPU with counters what a pod without them gives (Tier 1, NVML GPM, static).
+COUNTERS_ENV = "GPUWS_COUNTERS"
+
+
 def read_counters(driver: str | None, params_path: str = PARAMS_PATH,
                   status_path: str = STATUS_PATH, uid: int | None = None) -> dict[str, Any]:
-    """:func:`counters_verdict` from the files of this machine (paths overridable)."""
+    """:func:`counters_verdict` from the files of this machine (paths overridable), or
+    ``blocked`` where :data:`COUNTERS_ENV` asks for it."""
     params = _read(params_path)
     status = _read(status_path)
+    if os.environ.get(COUNTERS_ENV) == "blocked":
+        found = counters_verdict(
+            None if params is None else parse_rm_profiling_admin_only(params),
+            None if status is None else parse_cap_eff(status),
+            os.getuid() if uid is None else uid, driver)
+        return dict(found, verdict="blocked", reason=(
+            "treated as blocked because %s=blocked is set in the agent's environment (what "
+            "the driver allows: %s)" % (COUNTERS_ENV, found["verdict"])))
     return counters_verdict(
         None if params is None else parse_rm_profiling_admin_only(params),
         None if status is None else parse_cap_eff(status),
@@ -451,9 +466,11 @@ def probe() -> dict[str, Any]:
     Tool ``--version`` runs and the choice of the workloads' Python
     (:func:`.pythons.choose`, bounded at about a second) go on in threads while the GPUs
     and the host are read, so the probe takes about as long as the slowest of them (well
-    under 2 s normally). ``python_path``/``python_version`` are the agent's own
-    interpreter; ``python_packages`` are those of the interpreter workloads run under
-    (``python_choice``), which is what decides whether they can import CuPy and torch.
+    under 2 s normally); so does the GPUs' SM count, asked of the CUDA driver in a child
+    (:func:`.gpuinfo.sm_counts`: cuInit, no context). ``python_path``/``python_version``
+    are the agent's own interpreter; ``python_packages`` are those of the interpreter
+    workloads run under (``python_choice``), which is what decides whether they can
+    import CuPy and torch.
 
     Returns:
         A dict that ``msgspec.convert(d, protocol.Probe)`` accepts strictly.
@@ -461,10 +478,13 @@ def probe() -> dict[str, Any]:
     from . import pythons  # it imports this module: import it here, not at the top
 
     start = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
         installs = pool.submit(tools.all_installs)
         python = pool.submit(pythons.choose)
         gpus = gpuinfo.list_gpus()
+        # The SM count (the CUDA driver's, in a child) while the rest is read; only where
+        # there are GPUs, so a machine without one starts no child for it.
+        sms = pool.submit(gpuinfo.sm_counts) if gpus.gpus else None
         driver = gpus.driver
         if driver is None:
             # The kernel module may be loaded even where NVML/nvidia-smi are not mounted.
@@ -503,6 +523,8 @@ def probe() -> dict[str, Any]:
             "counters": read_counters(driver, uid=uid),
         }
         found = installs.result()
+        if sms is not None:
+            gpuinfo.add_sm_counts(gpus.gpus, sms.result())
         result["python_choice"], result["python_packages"] = python.result()
     result["toolkits"] = found["toolkits"]
     result["ncu"] = found["ncu"]

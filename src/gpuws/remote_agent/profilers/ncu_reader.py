@@ -68,6 +68,8 @@ CANONICAL = (
     "flops",
     "dram_bytes",
     "arithmetic_intensity",
+    "sm_count",
+    "waves_per_sm",
 )
 
 # Raw metric names for each canonical key, first present wins. The same names serve the
@@ -83,6 +85,10 @@ _RAW_NAMES: dict[str, tuple[str, ...]] = {
     "registers_per_thread": ("launch__registers_per_thread",),
     "l1_hit_pct": ("l1tex__t_sector_hit_rate.pct",),
     "l2_hit_pct": ("lts__t_sector_hit_rate.pct",),
+    # The SMs the launch could use (LaunchStats), and how many full waves of blocks its
+    # grid makes on them: what tells a grid too small to fill the GPU.
+    "sm_count": ("launch__sm_count", "device__attribute_multiprocessor_count"),
+    "waves_per_sm": ("launch__waves_per_multiprocessor",),
     "tensor_pipe_active_pct": (
         "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
         "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
@@ -534,7 +540,8 @@ def _call(obj: Any, method: str, *args: Any) -> Any:
 def _wanted(name: str) -> bool:
     return (name.startswith(("gpu__time_duration", "sm__throughput.avg", "gpu__compute_memory",
                              "gpu__dram_throughput.avg", "dram__", "sm__warps_active.avg",
-                             "sm__maximum_warps", "launch__", "l1tex__t_sector_hit_rate",
+                             "sm__maximum_warps", "launch__",
+                             "device__attribute_multiprocessor_count", "l1tex__t_sector_hit_rate",
                              "lts__t_sector_hit_rate", "sm__pipe_tensor", "sm__inst_executed_pipe",
                              "smsp__cycles_elapsed.avg", "smsp__average_warp"))
             or "sass_thread_inst_executed_op_" in name

@@ -12,6 +12,7 @@ Also here: Tier 3 checked against Tier 2 (:func:`coverage`).
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -118,7 +119,8 @@ def kernel_verdict(launch: Dict[str, Any], rules: Optional[List[Dict[str, Any]]]
     Args:
         launch: the ``kernel_metrics`` event (metrics, stalls, grid, block).
         rules: ncu's rule findings for that kernel (``protocol.Rule`` dicts).
-        sm_count: the GPU's SM count, to tell a grid too small to fill it.
+        sm_count: the GPU's SM count from the probe, to tell a grid too small to fill
+            it; ncu's own (``launch__sm_count``, in the metrics) wins where it gave one.
         tier1: the ``tier1_result`` event, whose achieved rates go beside ncu's figures.
         gpm: NVML GPM figures (see :func:`kernel_verdict_without_counters`), likewise.
     """
@@ -129,6 +131,11 @@ def kernel_verdict(launch: Dict[str, Any], rules: Optional[List[Dict[str, Any]]]
     dram, tensor = _num(m.get("dram_throughput_pct")), _num(m.get("tensor_pipe_active_pct"))
     occ = _num(m.get("achieved_occupancy_pct"))
     blocks = grid_blocks(launch.get("grid"))
+    ncu_sms = _num(m.get("sm_count"))
+    sms_source = "CUDA driver"  # the probe's cuDeviceGetAttribute
+    if ncu_sms is not None and 1 <= ncu_sms <= 100_000:
+        sm_count, sms_source = int(ncu_sms), "ncu"
+    waves = _num(m.get("waves_per_sm"))
     ev = [evidence("SM throughput (of peak)", sm, "%", "ncu"),
           evidence("memory throughput (of peak)", mem, "%", "ncu"),
           evidence("DRAM throughput (of peak)", dram, "%", "ncu"),
@@ -140,11 +147,16 @@ def kernel_verdict(launch: Dict[str, Any], rules: Optional[List[Dict[str, Any]]]
                            "FLOP/byte", "ncu"))
     if blocks is not None:
         ev.append(evidence("blocks in the grid", float(blocks), "", "ncu"))
+    if sm_count:
+        ev.append(evidence("SMs on the GPU", float(sm_count), "", sms_source))
+    if waves is not None:
+        ev.append(evidence("waves of blocks per SM", waves, "", "ncu"))
     top = stalls[0] if stalls else None
     if top is not None:
         ev.append(evidence("top stall: %s" % top.get("reason"), _num(top.get("pct")), "%",
                            "ncu"))
-    bound, sentence = _bound_with_counters(sm, mem, dram, tensor, occ, blocks, sm_count, top)
+    bound, sentence = _bound_with_counters(sm, mem, dram, tensor, occ, blocks, sm_count,
+                                           waves, top)
     sources = ["ncu"]
     for more, source in ((_tier1_evidence(tier1), "CUDA events"), (_gpm_evidence(gpm),
                                                                      "NVML GPM")):
@@ -160,7 +172,8 @@ def kernel_verdict(launch: Dict[str, Any], rules: Optional[List[Dict[str, Any]]]
 def _bound_with_counters(sm: Optional[float], mem: Optional[float], dram: Optional[float],
                          tensor: Optional[float], occ: Optional[float],
                          blocks: Optional[int], sm_count: Optional[int],
-                         top: Optional[Dict[str, Any]]) -> Tuple[str, str]:
+                         waves: Optional[float], top: Optional[Dict[str, Any]]
+                         ) -> Tuple[str, str]:
     if sm is None and mem is None:
         return "unknown", "ncu gave no speed-of-light figures for this launch"
     sm_v, mem_v = sm or 0.0, mem or 0.0
@@ -179,10 +192,19 @@ def _bound_with_counters(sm: Optional[float], mem: Optional[float], dram: Option
         return "cache", ("On-chip memory-bound (L1/L2/shared): memory throughput %.0f%% of "
                          "peak while DRAM is at %s (ncu)"
                          % (mem_v, "?" if dram is None else "%.0f%%" % dram))
+    # Neither unit busy: a grid with fewer blocks than SMs leaves SMs idle whatever the
+    # kernel does; one that makes less than a wave (ncu's waves per SM) with few warps
+    # resident leaves each SM's warp slots empty, which is the grid, not the code.
     if blocks is not None and sm_count and blocks < sm_count:
         return "small_grid", ("Too small a grid: %d block(s) for %d SMs leave %d SMs idle; "
                               "SM %.0f%%, memory %.0f%% of peak (ncu)"
                               % (blocks, sm_count, sm_count - blocks, sm_v, mem_v))
+    if waves is not None and 0 < waves < 1 and occ is not None and occ < LOW_OCCUPANCY_PCT:
+        return "small_grid", ("Too small a grid: %s block(s) make %.2f of a wave on %s SMs, "
+                              "so each SM holds fewer warps than it could (achieved "
+                              "occupancy %.0f%%); SM %.0f%%, memory %.0f%% of peak (ncu)"
+                              % ("?" if blocks is None else blocks, waves,
+                                 sm_count or "the", occ, sm_v, mem_v))
     stall = ""
     if top is not None:
         reason = str(top.get("reason"))
@@ -206,9 +228,10 @@ def kernel_verdict_without_counters(
         kernel: the kernel's name.
         tier1: the ``tier1_result`` event (achieved GB/s, TFLOP/s, and the peaks).
         static: the ``static_analysis`` event (theoretical occupancy and its limiter).
-        gpm: NVML GPM figures sampled over the same window, as percentages keyed
-            ``sm_active_pct``, ``sm_occupancy_pct``, ``tensor_active_pct``,
-            ``dram_bw_pct`` (any may be missing).
+        gpm: NVML GPM figures sampled over a window (:func:`gpm_window`), as percentages
+            keyed ``sm_active_pct``, ``sm_occupancy_pct``, ``tensor_active_pct``,
+            ``dram_bw_pct`` (any may be missing), with ``scope`` (what the window was) and
+            ``share_pct`` (the share of it the GPU ran the work) where known.
         sm_count: the GPU's SM count (unused without a grid; kept for one signature).
     """
     del sm_count
@@ -219,18 +242,43 @@ def kernel_verdict_without_counters(
         bw, fl = _num(tier1.get("pct_peak_bw")), _num(tier1.get("pct_peak_flops"))
         ev += _tier1_evidence(tier1)
         sources.append("CUDA events")
-    g = gpm or {}
-    dram_g, tensor_g = _num(g.get("dram_bw_pct")), _num(g.get("tensor_active_pct"))
-    sm_g = _num(g.get("sm_active_pct"))
-    if gpm:
-        ev += _gpm_evidence(gpm)
+    g = gpm if gpm and any(_num(gpm.get(k)) is not None for k in GPM_KEYS) else None
+    dram_g = tensor_g = sm_g = None
+    share = _num((g or {}).get("share_pct"))
+    unused = ""
+    if g is not None:
+        ev += _gpm_evidence(g)
         sources.append("NVML GPM")
+        scope = str(g.get("scope") or "its window")
+        if share is not None:
+            ev.append(evidence("GPU's work share of the GPM window (%s)" % scope, share, "%",
+                               str(g.get("share_source") or "CUDA events")))
+        if share is not None and share < GPM_MIN_SHARE_PCT:
+            # Device-wide averages over a window the GPU mostly idled through say nothing
+            # of the kernel: divided by a share this small they would be mostly noise.
+            unused = ("NVML GPM over %s is not used: the GPU ran the work only %.1f%% of "
+                      "that window" % (scope, share))
+        else:
+            dram_g, tensor_g, sm_g = (_during(_num(g.get(k)), share) for k in
+                                      ("dram_bw_pct", "tensor_active_pct", "sm_active_pct"))
+            if share is not None and share < 100.0:
+                ev += [evidence("%s while the work ran (GPM ÷ work share)" % label, value,
+                                "%", "NVML GPM") for label, value in (
+                    ("DRAM bandwidth utilisation", dram_g), ("tensor activity", tensor_g),
+                    ("SM active", sm_g)) if value is not None]
     theo = _num((static or {}).get("theoretical_occupancy_pct"))
     if static:
         ev.append(evidence("theoretical occupancy", theo, "%", "static analysis"))
         sources.append("static analysis")
+    # Tier 1's FLOP/s against a tensor-core peak (the datasheet's dense FP16/BF16, TF32 or
+    # FP8 figure): a kernel past BUSY_UNIT_PCT of that peak ran on the tensor cores, since
+    # the SMs' other pipes top out near a fifteenth of it (H100: 67 of 989 TFLOP/s). GPM's
+    # device average can read low over Tier 1's short cold window, where L2 flushes fill
+    # most of it (a bf16 GEMM at 79% of the tensor peak read tensor pipes 26% active).
+    tensor_peak = "tensor" in str((tier1 or {}).get("peak_source") or "").lower()
     bound, sentence = _bound_without_counters(bw, fl, dram_g, tensor_g, sm_g, theo,
-                                              (static or {}).get("limiter"))
+                                              (static or {}).get("limiter"), unused,
+                                              tensor_peak)
     used = ", ".join(sources) if sources else "nothing"
     return {"kernel": kernel, "short_name": short_name(kernel), "launch": None,
             "bound": bound,
@@ -238,9 +286,50 @@ def kernel_verdict_without_counters(
             "counters": False, "sources": sources, "evidence": ev, "rules": []}
 
 
+#: The GPM figures a verdict reads (``protocol.GpmMetrics``).
+GPM_KEYS = ("dram_bw_pct", "tensor_active_pct", "sm_active_pct", "sm_occupancy_pct")
+#: Below this share of the GPM window running the work, GPM does not speak for a kernel.
+GPM_MIN_SHARE_PCT = 10.0
+
+
+def _during(value: Optional[float], share: Optional[float]) -> Optional[float]:
+    """A GPM window average as it was while the work ran: GPM averages over its whole
+    window, and the rest of the window (Tier 1's L2 flushes and idle holds, a command's
+    start-up) is idle for the tensor pipes and SMs. The flushes do move DRAM, so DRAM
+    read this way is high by at most their share; Tier 1's own GB/s decides first."""
+    if value is None or not math.isfinite(value):
+        return None
+    if share is None or not 0 < share <= 100.0:
+        return value  # a share that is no share (0, negative, over 100, NaN) scales nothing
+    return max(0.0, min(100.0, value * 100.0 / share))
+
+
+def gpm_window(tier1_gpm: Optional[Dict[str, Any]], run_gpm: Optional[Dict[str, Any]],
+               table: Optional[List[Dict[str, Any]]] = None) -> Optional[Dict[str, Any]]:
+    """The GPM figures a verdict without counters reads, with what their window was.
+
+    Tier 1's (``tier_finished`` tier 1: its timed rounds, whose ``timed_share_pct`` says
+    how much of the window the timed calls took) when it sampled, else a ``cmd:``'s whole
+    run (tier 0), whose work share is Tier 2's kernel time over the window (another run
+    of the same command: an estimate, said so by its source). None: no figures.
+    """
+    if tier1_gpm and tier1_gpm.get("window_s"):
+        return dict(tier1_gpm, scope="Tier 1's timed rounds",
+                    share_pct=_num(tier1_gpm.get("timed_share_pct")),
+                    share_source="CUDA events")
+    if run_gpm and run_gpm.get("window_s"):
+        window = _num(run_gpm.get("window_s"))
+        kernel_ns = sum(float(_num(r.get("total_ns")) or 0.0) for r in table or [])
+        share = (min(100.0, 100.0 * kernel_ns / (window * 1e9))
+                 if table and window and window > 0 else None)
+        return dict(run_gpm, scope="the command's run", share_pct=share,
+                    share_source="Tier 2's kernel time")
+    return None
+
+
 def gpm_of(tier1: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """NVML GPM figures sampled over Tier 1's window, where the ``tier1_result`` carries
-    them (a ``gpm`` map keyed as :func:`kernel_verdict_without_counters` reads it)."""
+    """NVML GPM figures in a ``tier1_result``-shaped dict's ``gpm`` map, if any (Tier 1's
+    GPM rides on its ``tier_finished``: see :func:`gpm_window`)."""
     gpm = (tier1 or {}).get("gpm")
     return gpm if isinstance(gpm, dict) else None
 
@@ -267,21 +356,35 @@ def _gpm_evidence(gpm: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 def _bound_without_counters(bw: Optional[float], fl: Optional[float], dram_g: Optional[float],
                             tensor_g: Optional[float], sm_g: Optional[float],
-                            theo: Optional[float], limiter: Any) -> Tuple[str, str]:
+                            theo: Optional[float], limiter: Any, unused: str = "",
+                            tensor_peak: bool = False) -> Tuple[str, str]:
+    tensor_said = "" if tensor_g is None else ", tensor pipes %.0f%% active (NVML GPM)" % tensor_g
+    dram_said = "" if dram_g is None else ", DRAM bandwidth %.0f%% utilised (NVML GPM)" % dram_g
     if fl is not None and fl >= BUSY_UNIT_PCT and (bw is None or fl >= bw):
-        return "compute_tensor" if tensor_g is not None and tensor_g >= TENSOR_BUSY_PCT \
-            else "compute_sm", "Compute-bound: %.0f%% of the GPU's peak FLOP/s" % fl
+        if tensor_peak:
+            return "compute_tensor", ("Compute-bound on the tensor cores: %.0f%% of the GPU's "
+                                      "peak tensor FLOP/s, which only the tensor cores reach%s"
+                                      % (fl, tensor_said))
+        if tensor_g is not None and tensor_g >= TENSOR_BUSY_PCT:
+            return "compute_tensor", ("Compute-bound on the tensor cores: %.0f%% of the GPU's "
+                                      "peak FLOP/s%s" % (fl, tensor_said))
+        return "compute_sm", "Compute-bound: %.0f%% of the GPU's peak FLOP/s%s" % (
+            fl, tensor_said)
     if bw is not None and bw >= BUSY_UNIT_PCT:
-        return "dram", "DRAM bandwidth-bound: %.0f%% of the GPU's peak bandwidth" % bw
-    if dram_g is not None and dram_g >= BUSY_UNIT_PCT:
-        return "dram", "DRAM bandwidth-bound: DRAM bandwidth %.0f%% utilised" % dram_g
+        return "dram", "DRAM bandwidth-bound: %.0f%% of the GPU's peak bandwidth%s" % (
+            bw, dram_said)
+    if dram_g is not None and dram_g >= BUSY_UNIT_PCT and (tensor_g is None
+                                                           or dram_g >= tensor_g):
+        return "dram", "DRAM bandwidth-bound: DRAM bandwidth %.0f%% utilised (NVML GPM)" % dram_g
     if tensor_g is not None and tensor_g >= BUSY_UNIT_PCT:
-        return "compute_tensor", "Compute-bound on the tensor cores: %.0f%% active" % tensor_g
+        return "compute_tensor", ("Compute-bound on the tensor cores: tensor pipes %.0f%% "
+                                  "active (NVML GPM)%s" % (tensor_g, dram_said))
     if theo is not None and theo < LOW_OCCUPANCY_PCT:
         return "occupancy", ("Likely latency-bound with too few warps: theoretical occupancy "
                              "%.0f%% (limited by %s)" % (theo, limiter or "?"))
     if bw is None and fl is None and dram_g is None and sm_g is None:
-        return "unknown", ("Not known: the workload declares no bytes or FLOPs and no device "
+        return "unknown", ("Not known: %s" % unused if unused else
+                           "Not known: the workload declares no bytes or FLOPs and no device "
                            "activity was sampled")
     parts = []
     if bw is not None:
@@ -290,7 +393,21 @@ def _bound_without_counters(bw: Optional[float], fl: Optional[float], dram_g: Op
         parts.append("compute %.0f%%" % fl)
     if sm_g is not None:
         parts.append("SM active %.0f%%" % sm_g)
-    return "latency", ("Latency- or launch-bound: neither near peak (%s)" % ", ".join(parts))
+    return "latency", ("Latency- or launch-bound: neither near peak (%s)%s"
+                       % (", ".join(parts), "; " + unused if unused else ""))
+
+
+def first_match(table: Optional[List[Dict[str, Any]]], regex: Optional[str]
+                ) -> Optional[str]:
+    """The name of Tier 2's first kernel that ``regex`` matches (the top one without a
+    regex), else the regex itself: the kernel Tier 3 meant to profile."""
+    for row in table or []:
+        try:
+            if not regex or re.search(regex, str(row.get("name") or "")):
+                return str(row.get("name"))
+        except re.error:
+            break
+    return regex
 
 
 def coverage(table: Optional[Dict[str, Any]], profiled: List[str], *,

@@ -46,6 +46,7 @@ class LauncherScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+r", "launch", "Launch", priority=True),
+        Binding("ctrl+t", "watch", "Watch", priority=True),
         Binding("escape", "app.pop_screen", "Back"),
         Binding("question_mark", "app.help", "Help", show=False),
     ]
@@ -152,6 +153,11 @@ class LauncherScreen(Screen[None]):
             yield Static(id="error")
             with Horizontal(id="buttons"):
                 yield Button("Launch (Ctrl+R)", id="launch", variant="success")
+                # A loop needs something to watch: a workspace, or a Python file.
+                yield Button("Watch (Ctrl+T)", id="watch", disabled=True,
+                             tooltip="re-run on every save of the project or file, "
+                                     "each iteration compared with the last and the "
+                                     "baseline")
                 yield Button("Back", id="back")
         yield Footer()
 
@@ -199,9 +205,17 @@ class LauncherScreen(Screen[None]):
 
     def _show_kind(self, kind: str) -> None:
         self.kind = kind
+        self._watchable()
         self.query_one("#builtin-box").display = kind == "builtin"
         self.query_one("#file-box").display = kind == "file"
         self.query_one("#cmd-box").display = kind == "cmd"
+
+    @on(Input.Changed, "#workspace")
+    def _watchable(self) -> None:
+        """Watch is offered when there is something to watch."""
+        if self.is_mounted:
+            self.query_one("#watch", Button).disabled = not (
+                self.kind == "file" or self.query_one("#workspace", Input).value.strip())
 
     @on(Select.Changed, "#builtin")
     def _builtin_changed(self, event: Select.Changed) -> None:
@@ -290,10 +304,30 @@ class LauncherScreen(Screen[None]):
         error.update("")
         self.app.launch_run(spec, _choice(self, "#baseline"), options.workspace)
 
+    def action_watch(self) -> None:
+        """Start the watch loop with this form: a run on every save
+        (``gpuws watch``)."""
+        from ...live.watchloop import watched_paths
+
+        error = self.query_one("#error", Static)
+        try:
+            options = self.options()
+            build_spec(options)
+            watched_paths(options.workspace, options.workload)
+        except GpuwsError as exc:
+            error.update(Text.assemble(("✗ ", "bold"), exc.message,
+                                       (f" — {exc.remedy}" if exc.remedy else "")))
+            self.call_after_refresh(error.scroll_visible, animate=False)
+            return
+        error.update("")
+        self.app.start_watch(options, _choice(self, "#baseline"))
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
         if event.button.id == "launch":
             self.action_launch()
+        elif event.button.id == "watch":
+            self.action_watch()
         else:
             self.app.pop_screen()
 

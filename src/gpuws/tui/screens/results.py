@@ -172,7 +172,8 @@ def render_comparison(c: Comparison) -> Table | Text:
     table.add_column("Δ", justify="right")
     if c.tier1 is not None:
         t = c.tier1
-        style = "dim" if t.within_noise else "bold green" if t.speedup > 1 else "bold red"
+        quiet = t.within_noise or t.under_floor
+        style = "dim" if quiet else "bold green" if t.speedup > 1 else "bold red"
         table.caption = t.verdict + (f" — caution: {c.tier1_caution}" if c.tier1_caution
                                      else "")
         table.caption_style = style

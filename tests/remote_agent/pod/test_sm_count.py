@@ -1,0 +1,108 @@
+"""The GPUs' SM count from the CUDA driver (cuDeviceGetAttribute through ctypes, in a
+child), matched to NVML's GPUs by PCI bus id, against stand-in libraries.
+
+This machine has no GPU and no driver, so ``libcuda.so.1`` is a small C stub compiled
+here with cuda.h's signatures (two devices listed in the reverse of NVML's order, as
+CUDA's default fastest-first ordering can; two devices on one bus as under MIG; a
+``CUDA_VISIBLE_DEVICES`` that would hide one; a cuInit that hangs), and NVML is
+test_nvml_stub.py's. The real driver is asked on the GPU machine by
+tests/gpu/test_gpu_verdicts.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from gpuws.protocol import Gpu, GpuTarget
+from gpuws.remote_agent.pod import gpuinfo, gpusel
+from remote_agent.pod.test_nvml_stub import nvml, stub_lib  # type: ignore[import-not-found]  # noqa: F401
+
+CUDA_STUB = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static int mig(void) { return getenv("STUB_MIG") != NULL; }
+int cuInit(unsigned int flags) {
+    if (getenv("STUB_HANG")) sleep(60);
+    return getenv("STUB_NO_DEVICE") ? 100 : 0; }
+int cuDeviceGetCount(int *n) {
+    /* The driver honours CUDA_VISIBLE_DEVICES: set, it shows one device here. */
+    *n = getenv("CUDA_VISIBLE_DEVICES") ? 1 : (mig() ? 3 : 2); return 0; }
+int cuDeviceGet(int *d, int ordinal) { *d = ordinal; return 0; }
+int cuDeviceGetAttribute(int *v, int attr, int d) {
+    if (attr != 16) return 1;  /* CUDA_ERROR_INVALID_VALUE */
+    *v = d == 0 ? 132 : 114; return 0; }
+int cuDeviceGetPCIBusId(char *b, int len, int d) {
+    /* CUDA's ordinal 0 is NVML's GPU 1 (bus 0x19); under MIG two devices share bus 0x18. */
+    snprintf(b, len, "0000:%02x:00.0", d == 0 ? 0x19 : 0x18); return 0; }
+"""
+
+
+@pytest.fixture(scope="module")
+def cuda_lib(tmp_path_factory: pytest.TempPathFactory) -> str:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the stand-in CUDA driver")
+    root = tmp_path_factory.mktemp("cuda")
+    (root / "cuda.c").write_text(CUDA_STUB)
+    lib = root / "libcuda-stub.so.1"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(root / "cuda.c")],
+                   check=True)
+    return str(lib)
+
+
+def test_sm_counts_go_to_the_gpu_on_the_same_bus(nvml: gpuinfo.Nvml, stub_lib: str,  # noqa: F811
+                                                 cuda_lib: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # The agent's own CUDA_VISIBLE_DEVICES would hide a GPU NVML lists: the child drops it.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    counts = gpuinfo.sm_counts(cuda_lib)
+    assert counts == {(0, 0x19, 0, 0): 132, (0, 0x18, 0, 0): 114}
+    gpus = gpuinfo.list_gpus(nvml_lib=stub_lib).gpus
+    assert [g["pci_bus_id"] for g in gpus] == ["00000000:18:00.0", "00000000:19:00.0"]
+    gpuinfo.add_sm_counts(gpus, counts)
+    first, second = (msgspec.convert(g, Gpu, strict=True) for g in gpus)
+    assert (first.sm_count, second.sm_count) == (114, 132)  # by bus, not CUDA's ordinal
+    # …and the run's target carries it, as RunStarted.gpu.
+    target = gpusel.target_event(gpusel.Choice(gpus[1], True, []))
+    assert msgspec.convert(target, GpuTarget, strict=True).sm_count == 132
+
+
+def test_no_count_where_the_driver_cannot_say(cuda_lib: str, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # No driver library: nothing, and no exception.
+    assert gpuinfo.sm_counts(str(tmp_path / "libcuda.so.1")) == {}
+    # cuInit fails (CUDA_ERROR_NO_DEVICE): nothing.
+    monkeypatch.setenv("STUB_NO_DEVICE", "1")
+    assert gpuinfo.sm_counts(cuda_lib) == {}
+    monkeypatch.delenv("STUB_NO_DEVICE")
+    # MIG: two devices on one bus, so which count belongs to the GPU is not known.
+    monkeypatch.setenv("STUB_MIG", "1")
+    assert gpuinfo.sm_counts(cuda_lib) == {(0, 0x19, 0, 0): 132}
+    monkeypatch.delenv("STUB_MIG")
+    # A hung driver: the child is killed at the timeout and the probe goes on without.
+    monkeypatch.setenv("STUB_HANG", "1")
+    assert gpuinfo.sm_counts(cuda_lib, timeout_s=1.0) == {}
+
+
+@pytest.mark.parametrize("text", [
+    "", "not json", "[132]", '{"0000:18:00.0": 0}', '{"0000:18:00.0": -5}',
+    '{"0000:18:00.0": 1e9}', '{"0000:18:00.0": 132.5}', '{"0000:18:00.0": true}',
+    '{"0000:18:00.0": "132"}', '{"../../etc": 132}', '{"0000:18:00.0:extra": 132}',
+    '{"0000:18:00.0": 100001}', '{"0000:18:00.0": null}',
+])
+def test_the_childs_output_is_checked(text: str) -> None:
+    assert gpuinfo.parse_sm_counts(text) == {}
+
+
+def test_bus_ids_of_nvml_and_cuda_compare_equal() -> None:
+    assert gpuinfo.bus_key("00000000:3B:00.0") == gpuinfo.bus_key("0000:3b:00.0") == (
+        0, 0x3B, 0, 0)
+    assert gpuinfo.bus_key(None) is None and gpuinfo.bus_key("3b:00") is None
+    assert gpuinfo.parse_sm_counts('{"0000:3b:00.0": 132}') == {(0, 0x3B, 0, 0): 132}

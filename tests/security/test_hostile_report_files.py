@@ -1,0 +1,212 @@
+"""Hostile files handed to ``gpuws report`` (issue 26, point 4): refused cleanly, bounded.
+
+Through the real CLI (``python -m gpuws report``) and the real ``ncu_report`` module where
+the report extra is installed: a zstd bomb, reports mutated from the recorded H200 one, a
+folder, a FIFO, a text file. Where a failure cannot be made on cue with the real module (a
+native abort, memory exhaustion, a hang, a name that is not UTF-8), a stand-in
+``ncu_report`` first on the child's path plays it, and the test says so. Figures go
+through ``record`` (docs/reliability.md, "Hostile report files").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from faults.figures import record  # type: ignore[import-not-found]
+from gpuws.errors import GpuwsError
+from gpuws.report import read_report
+from gpuws.report_child import Limits, zstd_bound
+
+REP = Path(__file__).parents[1] / "fixtures" / "recorded" / "saxpy_h200.ncu-rep"
+
+
+def gpuws_report(*args: str, env: dict[str, str] | None = None,
+                 timeout: float = 180) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "gpuws", "report", *args],
+                          capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                          env={**os.environ, **(env or {})})
+
+
+def one_clean_line(res: subprocess.CompletedProcess[bytes]) -> str:
+    err = res.stderr.decode("utf-8")
+    assert res.returncode == 2, (res.returncode, err)
+    assert err.startswith("gpuws: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err and not res.stdout
+    return err
+
+
+def rle_bomb(path: Path, gib: int) -> None:
+    """A zstd frame of RLE blocks: 4 bytes each that expand to 128 KiB (RFC 8878 §3.1.1.2)."""
+    out = bytearray(struct.pack("<I", 0xFD2FB528)) + bytes([0x00, 0x38])  # 128 KiB window
+    blocks = gib * 8192
+    for i in range(blocks):
+        out += ((131072 << 3) | (1 << 1) | (i == blocks - 1)).to_bytes(3, "little") + b"\x00"
+    path.write_bytes(bytes(out))
+
+
+def test_a_zstd_bomb_is_refused_before_anything_decompresses(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.ncu-repz"
+    rle_bomb(bomb, 4)  # 131 KB on disk, 4 GiB decompressed
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.monotonic()
+    res = gpuws_report(str(bomb))
+    took = time.monotonic() - t0
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    err = one_clean_line(res)
+    assert "could decompress to more than 1,024 MiB" in err and "nothing was decompressed" in err
+    record("test_a_zstd_bomb_is_refused_before_anything_decompresses",
+           bomb_bytes=bomb.stat().st_size, decompressed_gib=4, refused=1,
+           seconds_to_refusal=round(took, 2),
+           peak_rss_mib=round(max(peak_kib, before) / 1024, 1))
+
+
+def test_the_bound_of_an_honest_zstd_report_holds_what_it_decompresses_to(
+        tmp_path: Path) -> None:
+    # zstd's own encoder where installed; the bound must be no less than the real size
+    # and within a block per frame of it.
+    zstd = pytest.importorskip("shutil").which("zstd")
+    if zstd is None:
+        pytest.skip("no zstd CLI to compress with")
+    repz = tmp_path / "saxpy.ncu-repz"
+    repz.write_bytes(subprocess.run([zstd, "-q", "-c", str(REP)], capture_output=True,
+                                    check=True).stdout)
+    size = REP.stat().st_size
+    bound = zstd_bound(repz, 1 << 40)
+    assert size <= bound <= size + (128 << 10) * 4, (size, bound)
+    with pytest.raises(ValueError):
+        zstd_bound(_cut(repz, tmp_path), 1 << 40)
+
+
+def _cut(path: Path, tmp_path: Path) -> Path:
+    cut = tmp_path / "cut.ncu-repz"
+    cut.write_bytes(path.read_bytes()[:9])
+    return cut
+
+
+def test_mutated_real_reports_never_crash_the_command(tmp_path: Path) -> None:
+    """The recorded H200 report truncated and flipped, through the real module."""
+    pytest.importorskip("ncu_report")
+    rng = random.Random(2026)
+    data = REP.read_bytes()
+    outcomes = {"read": 0, "refused": 0}
+    crashes = invalid_json = 0
+    for i in range(24):
+        mutated = bytearray(data)
+        if i % 3 == 0:
+            mutated = mutated[:rng.randrange(4, len(data))]
+        else:
+            for _ in range(rng.choice((1, 8, 64))):
+                mutated[rng.randrange(4, len(mutated))] = rng.randrange(256)
+        path = tmp_path / f"m{i}.ncu-rep"
+        path.write_bytes(bytes(mutated))
+        res = gpuws_report("--json", str(path))
+        err = res.stderr.decode("utf-8", "replace")
+        if res.returncode == 0:
+            try:
+                json.loads(res.stdout.decode("utf-8"))
+                outcomes["read"] += 1
+            except (UnicodeDecodeError, ValueError):
+                invalid_json += 1
+        elif res.returncode == 2 and err.startswith("gpuws: ") and err.count("\n") == 1:
+            outcomes["refused"] += 1
+        else:
+            crashes += 1
+    record("test_mutated_real_reports_never_crash_the_command", mutated=24,
+           read=outcomes["read"], refused_in_one_line=outcomes["refused"], crashes=crashes,
+           invalid_json=invalid_json)
+    assert crashes == 0 and invalid_json == 0, outcomes
+
+
+def fake_module(tmp_path: Path, body: str) -> dict[str, str]:
+    site = tmp_path / "fake_site"
+    site.mkdir(exist_ok=True)
+    (site / "ncu_report.py").write_text(textwrap.dedent(body))
+    return {"PYTHONPATH": str(site)}
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    # A stand-in for the native aborts 9 of 254 mutated reports caused (exit 134).
+    ("import os\ndef load_report(path):\n    os.abort()\n", "crashed (SIGABRT)"),
+    ("import ctypes\ndef load_report(path):\n    ctypes.string_at(0)\n", "crashed (SIGSEGV)"),
+    # A stand-in for a parse that wants the machine's memory.
+    ("def load_report(path):\n    return bytearray(8 << 30)\n", "needs more than 1,024 MiB"),
+])
+def test_a_reader_that_dies_becomes_one_line(tmp_path: Path, body: str, words: str) -> None:
+    rep = tmp_path / "x.ncu-rep"
+    rep.write_bytes(b"NVR\x00")
+    err = one_clean_line(gpuws_report(str(rep), env=fake_module(tmp_path, body)))
+    assert words in err, err
+
+
+def test_a_reader_that_hangs_is_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stand-in for a parse that never ends (the 96 KB bomb ran for over 200 s), at a 1 s
+    # bound; the child's own group is killed with it.
+    rep = tmp_path / "x.ncu-rep"
+    rep.write_bytes(b"NVR\x00")
+    for key, value in fake_module(tmp_path, "import time\ndef load_report(path):\n"
+                                            "    time.sleep(3600)\n").items():
+        monkeypatch.setenv(key, value)
+    t0 = time.monotonic()
+    with pytest.raises(GpuwsError, match="took more than 1 s"):
+        read_report(rep, Limits(seconds=1.0))
+    spin = "def load_report(path):\n    while True:\n        pass\n"
+    for key, value in fake_module(tmp_path, spin).items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(GpuwsError, match="more than 1 s of CPU"):
+        read_report(rep, Limits(seconds=1.0))
+    record("test_a_reader_that_hangs_is_stopped", hangs=2, stopped=2,
+           seconds_for_both=round(time.monotonic() - t0, 1))
+
+
+def test_names_that_are_not_utf8_still_give_valid_json(tmp_path: Path) -> None:
+    # A stand-in module handing back a name with a lone surrogate (how undecodable bytes
+    # arrive in Python) and a NaN metric.
+    rep = tmp_path / "x.ncu-rep"
+    rep.write_bytes(b"NVR\x00")
+    env = fake_module(tmp_path, """
+        from types import SimpleNamespace as NS
+        metric = NS(has_value=lambda: True, kind=lambda: 4, as_double=lambda: float("nan"),
+                    unit=lambda: "ns")
+        action = NS(name=lambda *base: "k\\udcff\\x1b]52;c;QUJD\\x07",
+                    rule_results_as_dicts=lambda: [],
+                    metric_names=lambda: ("gpu__time_duration.sum",),
+                    metric_by_name=lambda name: metric)
+        rng = NS(num_actions=lambda: 1, action_by_idx=lambda i: action)
+        def load_report(path):
+            return NS(num_ranges=lambda: 1, range_by_idx=lambda i: rng)
+        """)
+    res = gpuws_report("--json", str(rep), env=env)
+    assert res.returncode == 0, res.stderr
+    (kernel,) = json.loads(res.stdout.decode("utf-8"))  # strict UTF-8, valid JSON
+    assert kernel["kernel"].startswith("k?") and kernel["metrics"]["duration_ns"] is None
+    shown = gpuws_report(str(rep), env=env)
+    assert shown.returncode == 0 and b"\x1b" not in shown.stdout
+
+
+def test_what_is_not_a_report_says_what_it_is(tmp_path: Path) -> None:
+    readme = Path(__file__).parents[2] / "README.md"
+    assert "is not an Nsight Compute report" in one_clean_line(gpuws_report(str(readme)))
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(os.urandom(4096))
+    assert "is not an Nsight Compute report" in one_clean_line(gpuws_report(str(blob)))
+    assert "is a folder, not a report" in one_clean_line(gpuws_report(str(tmp_path)))
+    assert "no such file" in one_clean_line(gpuws_report(str(tmp_path / "nope.ncu-rep")))
+    fifo = tmp_path / "fifo.ncu-rep"
+    os.mkfifo(fifo)
+    assert "not a regular file" in one_clean_line(gpuws_report(str(fifo), timeout=60))
+    big = tmp_path / "big.ncu-rep"
+    with big.open("wb") as f:  # sparse: 600 MiB that take no disk
+        f.write(b"NVR\x00")
+        f.truncate(600 << 20)
+    assert "over the 512 MiB" in one_clean_line(gpuws_report(str(big)))
