@@ -191,8 +191,9 @@ def read_in_child(path: Path, limits: Limits, kind: str) -> dict[str, Any]:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "gpuws.report_child", str(path)], stdin=subprocess.DEVNULL,
-                stdout=out, stderr=err, env=env, preexec_fn=lambda: _limit_child(limits))
+                [sys.executable, "-m", "gpuws.report_child", str(path), kind],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+                preexec_fn=lambda: _limit_child(limits))
         except OSError as exc:
             raise ChildFailure(f"the reader could not start ({exc})",
                                "check the Python that runs gpuws") from exc
@@ -201,7 +202,7 @@ def read_in_child(path: Path, limits: Limits, kind: str) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             raise ChildFailure(f"reading it took more than {limits.seconds:g} s",
-                               "a damaged or hostile report; pull it again") from None
+                               _raise_or_pull("--timeout")) from None
         except BaseException:
             _kill_group(proc)  # Ctrl+C: the child goes too
             raise
@@ -212,13 +213,17 @@ def read_in_child(path: Path, limits: Limits, kind: str) -> dict[str, Any]:
             sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
             if -rc == signal.SIGXCPU:
                 raise ChildFailure(f"reading it used more than {limits.seconds:g} s of CPU",
-                                   "a damaged or hostile report; pull it again")
+                                   _raise_or_pull("--timeout"))
+            if -rc == signal.SIGABRT and any("bad_alloc" in line for line in tail):
+                # ncu_report's C++ out of memory under RLIMIT_AS: an abort, but not a crash.
+                raise ChildFailure(f"it needs more than {limits.memory_mib:,} MiB to read",
+                                   _raise_or_pull("--max-memory"))
             raise ChildFailure(f"the report reader crashed ({sig}) on it",
                                "the file is damaged or not a report: pull it again "
                                "(`gpuws pull`), or read it with ncu on the pod")
         if rc == 3:
             raise ChildFailure(f"it needs more than {limits.memory_mib:,} MiB to read",
-                               "a damaged or hostile report; pull it again")
+                               _raise_or_pull("--max-memory"))
         if rc == 4:
             raise ChildFailure(last or "ncu_report is not installed", _INSTALL_HINT)
         if rc != 0:
@@ -241,6 +246,12 @@ def read_in_child(path: Path, limits: Limits, kind: str) -> dict[str, Any]:
     return data
 
 
+def _raise_or_pull(flag: str) -> str:
+    """The remedy where a bound was reached: the person knows whether the file is honest."""
+    return (f"if the file is honest (a long profile), give `gpuws report` a larger {flag}; "
+            "else it is damaged or hostile: pull it again")
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -256,15 +267,21 @@ _INSTALL_HINT = ("install the report extra: `pip install 'gpuws[report]'` (pip),
                  "> FILE.csv")
 
 
-def _child(path: str) -> int:
-    """The child: read the report, print JSON on stdout. Exit 3: out of memory; 4: no
-    ncu_report; 1: the module refused the file (its message last on stderr)."""
+def _child(path: str, kind: str) -> int:
+    """The child: read the report (or ncu's CSV, ``kind`` ``text``), print JSON on stdout.
+    Exit 3: out of memory; 4: no ncu_report; 1: the module refused the file (its message
+    last on stderr)."""
     try:
-        from .report import read_rep_here
+        from .report import read_csv_here, read_rep_here
 
-        kernels, clocks = read_rep_here(path)
-        sys.stdout.write(json.dumps({"kernels": kernels, "clocks": clocks},
-                                    ensure_ascii=True, allow_nan=True))
+        answer: dict[str, Any]
+        if kind == "text":
+            kernels, clocks, blank_or_ncu = read_csv_here(path)
+            answer = {"kernels": kernels, "clocks": clocks, "blank_or_ncu": blank_or_ncu}
+        else:
+            kernels, clocks = read_rep_here(path)
+            answer = {"kernels": kernels, "clocks": clocks}
+        sys.stdout.write(json.dumps(answer, ensure_ascii=True, allow_nan=True))
         sys.stdout.flush()
     except MemoryError:
         os._exit(3)
@@ -278,4 +295,4 @@ def _child(path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1]))
+    sys.exit(_child(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "rep"))

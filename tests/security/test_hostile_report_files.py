@@ -210,3 +210,65 @@ def test_what_is_not_a_report_says_what_it_is(tmp_path: Path) -> None:
         f.write(b"NVR\x00")
         f.truncate(600 << 20)
     assert "over the 512 MiB" in one_clean_line(gpuws_report(str(big)))
+
+
+def long_csv(path: Path, mib: int) -> int:
+    """ncu's details CSV of the recorded H200 saxpy, its launch repeated under new IDs
+    until the file is ``mib`` MiB: what a long (or hostile) profile's CSV looks like."""
+    lines = (Path(__file__).parents[1] / "fixtures" / "ncu-2025.3.1-h200"
+             / "saxpy_details.csv").read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith('"ID"'))
+    header, rows = lines[start], [ln.split('","', 1)[1] for ln in lines[start + 1:]
+                                  if ln.startswith('"0"')]
+    launches = 0
+    with path.open("w", encoding="utf-8") as f:
+        f.write(header + "\n")
+        while f.tell() < mib << 20:
+            f.write("".join(f'"{launches}","{row}\n' for row in rows))
+            launches += 1
+    return launches
+
+
+# The command run in a Python that reports its own peak RSS (the laptop's process, not the
+# child's) on a last stderr line.
+_PEAK = ("import resource, sys\nfrom gpuws.cli import main\nrc = main(sys.argv[1:])\n"
+         "sys.stderr.write('PEAK %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+         "sys.exit(rc)\n")
+
+
+def test_a_long_csv_is_parsed_in_the_bounded_child_too(tmp_path: Path) -> None:
+    """A CSV was read whole and parsed in the laptop's own process: a 200 MiB one took
+    3.5 GB and 63 s there. Now it meets the child's bounds, which a person with an honest
+    long profile can raise (``--max-memory``), and the laptop's process stays small."""
+    big = tmp_path / "long.csv"
+    launches = long_csv(big, 48)
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-c", _PEAK, "report", str(big), "--json",
+                          "--max-memory", "256"], capture_output=True, timeout=300,
+                         stdin=subprocess.DEVNULL)
+    took = time.monotonic() - t0
+    err, peak = res.stderr.decode("utf-8").rsplit("PEAK ", 1)
+    assert res.returncode == 2 and not res.stdout, (res.returncode, err)
+    assert err.startswith("gpuws: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "needs more than 256 MiB to read" in err and "--max-memory" in err, err
+    peak_mib = int(peak) / 1024
+    assert peak_mib < 128, peak_mib  # the file is 48 MiB; parsed here it took ~16x that
+    # Within the bounds, the same kind of file reads as before, every launch and its clocks.
+    small = tmp_path / "short.csv"
+    n = long_csv(small, 1)
+    ok = gpuws_report(str(small), "--json")
+    assert ok.returncode == 0, ok.stderr
+    kernels = json.loads(ok.stdout.decode("utf-8"))
+    assert len(kernels) == n and all(k["clocks"]["sm_hz"] > 1e9 for k in kernels)
+    record("test_a_long_csv_is_parsed_in_the_bounded_child_too",
+           csv_mib=round(big.stat().st_size / 2**20, 1), launches=launches,
+           max_memory_mib=256, refused=1, seconds_to_refusal=round(took, 2),
+           laptop_process_peak_rss_mib=round(peak_mib, 1))
+
+
+@pytest.mark.parametrize("args", [("--max-memory", "0"), ("--max-memory", "lots"),
+                                  ("--timeout", "nan"), ("--timeout", "-1")])
+def test_the_bounds_a_person_gives_are_checked(args: tuple[str, str]) -> None:
+    res = gpuws_report(str(REP), *args)
+    assert res.returncode == 2 and not res.stdout
+    assert "Traceback" not in res.stderr.decode("utf-8")

@@ -6,11 +6,12 @@ import argparse
 import sys
 
 from ..report import read_report, render_report, report_json
+from ..report_child import Limits
 from .common import console
 
 
 async def report(args: argparse.Namespace) -> int:
-    kernels = read_report(args.file)
+    kernels = read_report(args.file, Limits(memory_mib=args.max_memory, seconds=args.timeout))
     if args.json:
         # Bytes, so that the JSON is UTF-8 whatever the terminal's locale says.
         sys.stdout.flush()
