@@ -16,6 +16,7 @@ import io
 import json
 import math
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,7 @@ def read_report(path: str | Path, limits: Limits | None = None) -> list[dict[str
         raise ReportError(f"{p.name}: {exc.cause}", remedy=exc.remedy) from None
     if kind == "text" and not data.get("kernels") and data.get("blank_or_ncu") is False:
         raise _not_a_report(p)
-    kernels = [_clean(k) for k in data["kernels"]]
+    kernels: list[dict[str, Any]] = data["kernels"]  # checked as it was decoded
     clocks = {int(k): v for k, v in data["clocks"].items()
               if str(k).isdigit() and isinstance(v, dict)}
     for kernel in kernels:
@@ -328,4 +329,18 @@ def render_report(kernels: list[dict[str, Any]], console: Console) -> None:
 
 def report_json(kernels: list[dict[str, Any]]) -> str:
     """The launches as indented JSON: non-finite numbers null, every string valid UTF-8."""
-    return json.dumps(_clean(kernels), indent=2, ensure_ascii=False)
+    return "".join(report_json_chunks(kernels))
+
+
+def report_json_chunks(kernels: list[dict[str, Any]]) -> Iterator[str]:
+    """:func:`report_json` one launch at a time, the same text: a long report is never
+    held twice more (its JSON whole, and its encoding) to be printed."""
+    if not kernels:
+        yield "[]"
+        return
+    for i, kernel in enumerate(kernels):
+        # A string holds no raw newline in JSON, so indenting every line nests it exactly
+        # as json.dumps(kernels, indent=2) would.
+        body = json.dumps(_clean(kernel), indent=2, ensure_ascii=False).replace("\n", "\n  ")
+        yield ("[\n  " if i == 0 else ",\n  ") + body
+    yield "\n]"

@@ -52,8 +52,15 @@ class Limits:
     file_mib: int = 512
     #: Most a ``.ncu-repz`` may decompress to, from its frames' headers.
     decompressed_mib: int = 1024
-    #: Most JSON the child may hand back.
-    output_mib: int = 64
+    #: Most JSON the child may hand back: the laptop's own process holds it decoded (at
+    #: this cap about 10x in memory) and prints it; ``--max-memory`` raises it with the
+    #: child's memory (:func:`output_mib_for`).
+    output_mib: int = 16
+
+
+def output_mib_for(memory_mib: int) -> int:
+    """The answer cap that goes with a child of ``memory_mib``: 16 MiB at the default."""
+    return max(16, memory_mib // 64)
 
 
 class ChildFailure(Exception):
@@ -230,11 +237,14 @@ def read_in_child(path: Path, limits: Limits, kind: str) -> dict[str, Any]:
             raise ChildFailure(f"ncu_report could not read it ({last or f'exit {rc}'})",
                                "check that the file was copied whole")
         if out.tell() > limits.output_mib << 20:
-            raise ChildFailure(f"the reader handed back more than {limits.output_mib} MiB",
-                               "a damaged or hostile report")
+            raise ChildFailure(f"what it holds takes more than {limits.output_mib} MiB as JSON",
+                               _raise_or_pull("--max-memory"))
         out.seek(0)
         try:
-            data = json.loads(out.read().decode("utf-8"))
+            # Checked as it is decoded, one object at a time: parsed whole and then cleaned
+            # into a copy, a 16 MiB answer had the laptop's process at 306 MiB.
+            data = json.loads(out.read(), object_hook=_sane, parse_float=_finite,
+                              parse_constant=lambda _: None)
         except (UnicodeDecodeError, ValueError) as exc:
             raise ChildFailure(f"the reader handed back no valid JSON ({exc})",
                                "a damaged or hostile report") from exc
@@ -244,6 +254,25 @@ def read_in_child(path: Path, limits: Limits, kind: str) -> dict[str, Any]:
         raise ChildFailure("the reader handed back an unexpected shape",
                            "a damaged or hostile report")
     return data
+
+
+def _text(value: str) -> str:
+    """A string from the child as valid UTF-8 (a lone surrogate from a mangled name
+    becomes ``?``)."""
+    return value.encode("utf-8", "replace").decode("utf-8") if not value.isascii() else value
+
+
+def _finite(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None  # 1e999 reads as inf
+
+
+def _sane(obj: dict[str, Any]) -> dict[str, Any]:
+    """One decoded JSON object with its keys and string values (and those of its lists)
+    made valid UTF-8; nested objects were already seen by this hook."""
+    return {_text(k): _text(v) if isinstance(v, str) else
+            [_text(x) if isinstance(x, str) else x for x in v] if isinstance(v, list) else v
+            for k, v in obj.items()}
 
 
 def _raise_or_pull(flag: str) -> str:

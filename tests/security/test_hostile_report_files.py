@@ -132,7 +132,10 @@ def fake_module(tmp_path: Path, body: str) -> dict[str, str]:
     site = tmp_path / "fake_site"
     site.mkdir(exist_ok=True)
     (site / "ncu_report.py").write_text(textwrap.dedent(body))
-    return {"PYTHONPATH": str(site)}
+    # The stand-in first, then the path the tests run with: the gpuws under test (a
+    # worktree's src), not whichever one the interpreter has installed.
+    return {"PYTHONPATH": os.pathsep.join(
+        x for x in (str(site), os.environ.get("PYTHONPATH")) if x)}
 
 
 @pytest.mark.parametrize(("body", "words"), [
@@ -229,11 +232,12 @@ def long_csv(path: Path, mib: int) -> int:
     return launches
 
 
-# The command run in a Python that reports its own peak RSS (the laptop's process, not the
-# child's) on a last stderr line.
-_PEAK = ("import resource, sys\nfrom gpuws.cli import main\nrc = main(sys.argv[1:])\n"
-         "sys.stderr.write('PEAK %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
-         "sys.exit(rc)\n")
+# The command run in a Python that reports its own peak RSS in KiB (the laptop's process,
+# not the child's) on a last stderr line: VmHWM, its own address space's high-water mark
+# (Linux carries the forking process's peak into ru_maxrss across exec, here pytest's).
+_PEAK = ("import sys\nfrom gpuws.cli import main\nrc = main(sys.argv[1:])\n"
+         "hwm = [ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM')]\n"
+         "sys.stderr.write('PEAK %s\\n' % hwm[0])\nsys.exit(rc)\n")
 
 
 def test_a_long_csv_is_parsed_in_the_bounded_child_too(tmp_path: Path) -> None:
@@ -272,3 +276,50 @@ def test_the_bounds_a_person_gives_are_checked(args: tuple[str, str]) -> None:
     res = gpuws_report(str(REP), *args)
     assert res.returncode == 2 and not res.stdout
     assert "Traceback" not in res.stderr.decode("utf-8")
+
+
+def test_a_report_of_many_launches_keeps_the_laptop_process_small(tmp_path: Path) -> None:
+    """The child's answer is decoded and printed by the laptop's own process. A stand-in
+    ``ncu_report`` hands back N launches (the real module cannot be made to on cue; an
+    object-heavy answer is the worst case for memory per byte): just under the 16 MiB
+    answer cap the process must stay small; past it, one line names ``--max-memory``,
+    which raises the cap with the child's memory."""
+    rep = tmp_path / "x.ncu-rep"
+    rep.write_bytes(b"NVR\x00")
+    env = fake_module(tmp_path, """
+        import os
+        from types import SimpleNamespace as NS
+        metric = NS(has_value=lambda: True, kind=lambda: 4, as_double=lambda: 1234.0,
+                    unit=lambda: "ns")
+        action = NS(name=lambda *base: "k", rule_results_as_dicts=lambda: [],
+                    metric_names=lambda: ("gpu__time_duration.sum",),
+                    metric_by_name=lambda name: metric)
+        def load_report(path):
+            n = int(os.environ["FAKE_LAUNCHES"])
+            rng = NS(num_actions=lambda: n, action_by_idx=lambda i: action)
+            return NS(num_ranges=lambda: 1, range_by_idx=lambda i: rng)
+        """)
+
+    def run(launches: int, *args: str) -> tuple[subprocess.CompletedProcess[bytes], str, float]:
+        res = subprocess.run([sys.executable, "-c", _PEAK, "report", "--json", str(rep), *args],
+                             capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
+                             env={**os.environ, **env, "FAKE_LAUNCHES": str(launches)})
+        err, peak = res.stderr.decode("utf-8").rsplit("PEAK ", 1)
+        return res, err, int(peak) / 1024
+
+    res, err, peak_mib = run(30_000)  # its answer: about 15.5 MiB of JSON
+    assert res.returncode == 0, err
+    kernels = json.loads(res.stdout.decode("utf-8"))
+    assert len(kernels) == 30_000 and kernels[-1]["metrics"]["duration_ns"] == 1234.0
+    # Decoded whole, cleaned into a copy and printed as one string, this took 306 MiB.
+    assert peak_mib < 128, peak_mib
+    res, err, refused_peak = run(34_000)
+    assert res.returncode == 2 and not res.stdout and "Traceback" not in err, err
+    assert err.startswith("gpuws: ") and err.count("\n") == 1, err
+    assert "more than 16 MiB as JSON" in err and "--max-memory" in err, err
+    raised, err, _ = run(34_000, "--max-memory", "2048")
+    assert raised.returncode == 0 and len(json.loads(raised.stdout)) == 34_000, err
+    record("test_a_report_of_many_launches_keeps_the_laptop_process_small",
+           launches_read=30_000, answer_cap_mib=16,
+           laptop_process_peak_rss_mib=round(peak_mib, 1), launches_refused=34_000,
+           refused_peak_rss_mib=round(refused_peak, 1), read_with_max_memory_2048=1)
