@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import resource
 import struct
 import subprocess
 import sys
@@ -46,6 +45,23 @@ def one_clean_line(res: subprocess.CompletedProcess[bytes]) -> str:
     return err
 
 
+# The command run in a Python that reports its own peak RSS in KiB (the laptop's process,
+# not the child's) on a last stderr line: VmHWM, its own address space's high-water mark
+# (Linux carries the forking process's peak into ru_maxrss across exec, here pytest's).
+_PEAK = ("import sys\nfrom gpuws.cli import main\nrc = main(sys.argv[1:])\n"
+         "hwm = [ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM')]\n"
+         "sys.stderr.write('PEAK %s\\n' % hwm[0])\nsys.exit(rc)\n")
+
+
+def gpuws_report_peak(*args: str, env: dict[str, str] | None = None
+                      ) -> tuple[subprocess.CompletedProcess[bytes], str, float]:
+    """``gpuws report ARGS``, its stderr without the PEAK line, and its own peak in MiB."""
+    res = subprocess.run([sys.executable, "-c", _PEAK, "report", *args], capture_output=True,
+                         timeout=300, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    err, peak = res.stderr.decode("utf-8").rsplit("PEAK ", 1)
+    return res, err, int(peak) / 1024
+
+
 def rle_bomb(path: Path, gib: int) -> None:
     """A zstd frame of RLE blocks: 4 bytes each that expand to 128 KiB (RFC 8878 §3.1.1.2)."""
     out = bytearray(struct.pack("<I", 0xFD2FB528)) + bytes([0x00, 0x38])  # 128 KiB window
@@ -58,17 +74,17 @@ def rle_bomb(path: Path, gib: int) -> None:
 def test_a_zstd_bomb_is_refused_before_anything_decompresses(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.ncu-repz"
     rle_bomb(bomb, 4)  # 131 KB on disk, 4 GiB decompressed
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.monotonic()
-    res = gpuws_report(str(bomb))
+    # The process's own peak: RUSAGE_CHILDREN would report the largest child pytest ever
+    # waited for (another test's), and ru_maxrss starts at pytest's size.
+    res, err, peak_mib = gpuws_report_peak(str(bomb))
     took = time.monotonic() - t0
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    err = one_clean_line(res)
+    assert res.returncode == 2 and not res.stdout and "Traceback" not in err, err
+    assert err.startswith("gpuws: ") and err.count("\n") == 1, err
     assert "could decompress to more than 1,024 MiB" in err and "nothing was decompressed" in err
     record("test_a_zstd_bomb_is_refused_before_anything_decompresses",
            bomb_bytes=bomb.stat().st_size, decompressed_gib=4, refused=1,
-           seconds_to_refusal=round(took, 2),
-           peak_rss_mib=round(max(peak_kib, before) / 1024, 1))
+           seconds_to_refusal=round(took, 2), peak_rss_mib=round(peak_mib, 1))
 
 
 def test_the_bound_of_an_honest_zstd_report_holds_what_it_decompresses_to(
@@ -232,14 +248,6 @@ def long_csv(path: Path, mib: int) -> int:
     return launches
 
 
-# The command run in a Python that reports its own peak RSS in KiB (the laptop's process,
-# not the child's) on a last stderr line: VmHWM, its own address space's high-water mark
-# (Linux carries the forking process's peak into ru_maxrss across exec, here pytest's).
-_PEAK = ("import sys\nfrom gpuws.cli import main\nrc = main(sys.argv[1:])\n"
-         "hwm = [ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM')]\n"
-         "sys.stderr.write('PEAK %s\\n' % hwm[0])\nsys.exit(rc)\n")
-
-
 def test_a_long_csv_is_parsed_in_the_bounded_child_too(tmp_path: Path) -> None:
     """A CSV was read whole and parsed in the laptop's own process: a 200 MiB one took
     3.5 GB and 63 s there. Now it meets the child's bounds, which a person with an honest
@@ -247,15 +255,11 @@ def test_a_long_csv_is_parsed_in_the_bounded_child_too(tmp_path: Path) -> None:
     big = tmp_path / "long.csv"
     launches = long_csv(big, 48)
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, "-c", _PEAK, "report", str(big), "--json",
-                          "--max-memory", "256"], capture_output=True, timeout=300,
-                         stdin=subprocess.DEVNULL)
+    res, err, peak_mib = gpuws_report_peak(str(big), "--json", "--max-memory", "256")
     took = time.monotonic() - t0
-    err, peak = res.stderr.decode("utf-8").rsplit("PEAK ", 1)
     assert res.returncode == 2 and not res.stdout, (res.returncode, err)
     assert err.startswith("gpuws: ") and err.count("\n") == 1 and "Traceback" not in err, err
     assert "needs more than 256 MiB to read" in err and "--max-memory" in err, err
-    peak_mib = int(peak) / 1024
     assert peak_mib < 128, peak_mib  # the file is 48 MiB; parsed here it took ~16x that
     # Within the bounds, the same kind of file reads as before, every launch and its clocks.
     small = tmp_path / "short.csv"
@@ -301,11 +305,8 @@ def test_a_report_of_many_launches_keeps_the_laptop_process_small(tmp_path: Path
         """)
 
     def run(launches: int, *args: str) -> tuple[subprocess.CompletedProcess[bytes], str, float]:
-        res = subprocess.run([sys.executable, "-c", _PEAK, "report", "--json", str(rep), *args],
-                             capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
-                             env={**os.environ, **env, "FAKE_LAUNCHES": str(launches)})
-        err, peak = res.stderr.decode("utf-8").rsplit("PEAK ", 1)
-        return res, err, int(peak) / 1024
+        return gpuws_report_peak("--json", str(rep), *args,
+                                 env={**env, "FAKE_LAUNCHES": str(launches)})
 
     res, err, peak_mib = run(30_000)  # its answer: about 15.5 MiB of JSON
     assert res.returncode == 0, err
