@@ -324,3 +324,25 @@ def test_a_report_of_many_launches_keeps_the_laptop_process_small(tmp_path: Path
            launches_read=30_000, answer_cap_mib=16,
            laptop_process_peak_rss_mib=round(peak_mib, 1), launches_refused=34_000,
            refused_peak_rss_mib=round(refused_peak, 1), read_with_max_memory_2048=1)
+
+
+def test_a_cpp_out_of_memory_abort_is_called_out_of_memory(tmp_path: Path) -> None:
+    """``ncu_report`` runs out of memory in C++: under the child's RLIMIT_AS it throws
+    ``std::bad_alloc``, which ends in ``terminate`` and SIGABRT (seen with the real module
+    and the recorded H200 report under a 200 MiB address space). That is the bound doing
+    its work, not a crash, and the remedy is the bound's option. A stand-in module writes
+    what libstdc++ writes and aborts, since the real one's allocation pattern (which
+    limits it fails under) is no contract."""
+    rep = tmp_path / "x.ncu-rep"
+    rep.write_bytes(b"NVR\x00")
+    env = fake_module(tmp_path, """
+        import os, sys
+        def load_report(path):
+            sys.stderr.write("terminate called after throwing an instance of "
+                             "'std::bad_alloc'\\n  what():  std::bad_alloc\\n")
+            sys.stderr.flush()
+            os.abort()
+        """)
+    err = one_clean_line(gpuws_report(str(rep), "--max-memory", "300", env=env))
+    assert "needs more than 300 MiB to read" in err and "--max-memory" in err, err
+    assert "crashed" not in err
