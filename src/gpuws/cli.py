@@ -94,6 +94,20 @@ def make_parser() -> argparse.ArgumentParser:
                         "a session's runs)")
     p.set_defaults(func=_tui("replay"))
 
+    for which, what in (("start", "start the pod with the host's `start` command, then wait "
+                                   "for SSH"),
+                        ("stop", "stop the pod with the host's `stop` command, then check it "
+                                 "stopped")):
+        p = sub.add_parser(which, help=what)
+        add_connection_args(p)
+        p.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                       help=f"seconds the `{which}` command may run (default 300)")
+        p.add_argument("--wait", type=float, default=300.0, metavar="S",
+                       help="seconds to wait for SSH to "
+                            + ("answer" if which == "start" else "stop answering")
+                            + " (default 300)")
+        p.set_defaults(func=_lazy("lease", which))
+
     p = sub.add_parser("doctor", help="deploy the agent and show what the pod has")
     add_connection_args(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")

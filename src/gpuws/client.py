@@ -224,6 +224,15 @@ class AgentClient:
                                 timeout=None if install else 120)
         return _answer(ev, protocol.NsysPlan)
 
+    async def lease(self, idle_s: float | None = None, stop_argv: list[str] | None = None,
+                    stop_running: bool = False, release: bool = False
+                    ) -> protocol.LeaseStatus:
+        """Arm, release or read the pod's lease (``remote_agent/lease.py``)."""
+        ev = await self.request(protocol.LeaseReq(req=self.next_req(), idle_s=idle_s,
+                                                  stop_argv=stop_argv,
+                                                  stop_running=stop_running, release=release))
+        return _answer(ev, protocol.LeaseStatus)
+
     async def stat_file(self, path: str) -> protocol.StatResult:
         ev = await self.request(protocol.StatFile(req=self.next_req(), path=path))
         return _answer(ev, protocol.StatResult)

@@ -9,12 +9,32 @@ Example ``config.toml``::
     rate_usd_per_hour = 3.99
     budget_usd = 20.0
     max_output_mib = 16          # a run's output stored on the laptop (default 64)
+    start = ["runpodctl", "start", "pod", "abc123"]     # run on the laptop by `gpuws start`
+    stop = ["runpodctl", "stop", "pod", "abc123"]       # run on the laptop by `gpuws stop`
+    stop_on_pod = ["sh", "-c", "runpodctl stop pod $RUNPOD_POD_ID"]  # run on the pod
+    idle_stop_minutes = 30       # the pod stops itself after this long with nobody there
+    stop_running = false         # true: the idle stop does not wait for a run in progress
+    budget_action = "warn"       # "stop": at 100% of budget_usd, run `stop` (never silently)
 
     [pull]                       # what a run's artifacts may cost the laptop
     max_artifact_bytes = 2147483648
     max_artifacts = 64
     max_run_bytes = 2147483648
     stall_s = 60
+
+Per host (or under ``[defaults]``):
+
+- ``rate_usd_per_hour``, ``budget_usd`` (numbers >= 0), ``max_output_mib`` (>= 0, default 64);
+- ``start``, ``stop``: argv lists (no shell) run on the laptop to start and stop the pod
+  with the provider's own tool;
+- ``stop_on_pod``: an argv list run on the pod to stop itself (the lease's idle stop);
+- ``idle_stop_minutes``: a number > 0 (fractions allowed); no laptop contact and no run
+  for that long stops the pod through ``stop_on_pod``;
+- ``stop_running``: ``true`` lets the idle stop stop a pod whose run is still going
+  (default ``false``: a run in progress holds it off);
+- ``budget_action``: ``"warn"`` (default) or ``"stop"``: what reaching ``budget_usd`` does.
+
+Every key left out of a host's table is taken from ``[defaults]``.
 
 An unknown key is an error (a typo must not silently cost money), reported with the file
 and the offending path.
@@ -25,7 +45,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -35,6 +55,10 @@ from gpuws.locations import config_path
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=1 << 62)]
 Positive = Annotated[float, msgspec.Meta(gt=0, le=86400)]
+# An argv: at least the program, no empty word (an empty program name runs nothing useful).
+Argv = Annotated[list[Annotated[str, msgspec.Meta(min_length=1)]], msgspec.Meta(min_length=1)]
+Minutes = Annotated[float, msgspec.Meta(gt=0, le=60 * 24 * 366)]
+BudgetAction = Literal["warn", "stop"]
 
 
 class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -48,11 +72,36 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             (:data:`gpuws.live.account.DEFAULT_MAX_OUTPUT_MIB`). Past it, output is
             counted, not stored, with a notice; the pod keeps all of it in the run's
             ``events.ndjson``.
+        start: the argv run on the laptop to start the pod (``gpuws start``), or ``None``.
+        stop: the argv run on the laptop to stop the pod (``gpuws stop``), or ``None``.
+        stop_on_pod: the argv the pod runs to stop itself when the lease expires, or ``None``.
+        idle_stop_minutes: minutes with no run and no laptop contact before the pod stops
+            itself; ``None`` means never.
+        stop_running: whether the idle stop may stop a pod whose run is still going;
+            ``None`` (left out) means false.
+        budget_action: ``"warn"`` or ``"stop"`` at 100% of ``budget_usd``; ``None`` (left
+            out) means ``"warn"``.
     """
 
     rate_usd_per_hour: NonNegative | None = None
     budget_usd: NonNegative | None = None
     max_output_mib: NonNegative | None = None
+    start: Argv | None = None
+    stop: Argv | None = None
+    stop_on_pod: Argv | None = None
+    idle_stop_minutes: Minutes | None = None
+    stop_running: bool | None = None
+    budget_action: BudgetAction | None = None
+
+    @property
+    def may_stop_running(self) -> bool:
+        """Whether the idle stop may stop a pod with a run in progress (default false)."""
+        return bool(self.stop_running)
+
+    @property
+    def stops_at_budget(self) -> bool:
+        """Whether reaching ``budget_usd`` runs ``stop`` (default: only warn)."""
+        return self.budget_action == "stop"
 
 
 class PullConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -125,8 +174,8 @@ def load_config(path: Path | None = None) -> Config:
         return msgspec.convert(data, Config)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{target}: {_where(data, exc)}",
-                          remedy="known keys: rate_usd_per_hour, budget_usd and "
-                                 "max_output_mib, under [defaults] or [hosts.NAME]; "
+                          remedy=f"known keys: {', '.join(HostConfig.__struct_fields__)}, "
+                                 "under [defaults] or [hosts.NAME]; "
                                  "max_artifact_bytes, max_artifacts, max_run_bytes and "
                                  "stall_s under [pull]") from exc
 
@@ -145,7 +194,10 @@ def _where(data: dict[str, Any], exc: msgspec.ValidationError) -> str:
 
 
 def host_config(config: Config, host_alias: str | None) -> HostConfig:
-    """The effective settings for a host: its own table over the defaults.
+    """The effective settings for a host: its own table over the defaults, field by field.
+
+    A field left out of both stays ``None``; :attr:`HostConfig.may_stop_running` and
+    :attr:`HostConfig.stops_at_budget` say what that means for the two that have a default.
 
     The alias is looked up as given, then as its bare host name (``user@gpu1:2222`` →
     ``gpu1``), so one entry covers the different ways of spelling the same pod.
@@ -153,16 +205,13 @@ def host_config(config: Config, host_alias: str | None) -> HostConfig:
     entry: HostConfig | None = None
     if host_alias:
         entry = config.hosts.get(host_alias) or config.hosts.get(_bare_host(host_alias))
-    if entry is None:
-        return config.defaults
-    return HostConfig(
-        rate_usd_per_hour=(entry.rate_usd_per_hour if entry.rate_usd_per_hour is not None
-                           else config.defaults.rate_usd_per_hour),
-        budget_usd=(entry.budget_usd if entry.budget_usd is not None
-                    else config.defaults.budget_usd),
-        max_output_mib=(entry.max_output_mib if entry.max_output_mib is not None
-                        else config.defaults.max_output_mib),
-    )
+    merged: dict[str, Any] = {}
+    for name in HostConfig.__struct_fields__:
+        value = getattr(entry, name) if entry is not None else None
+        if value is None:
+            value = getattr(config.defaults, name)
+        merged[name] = value
+    return HostConfig(**merged)
 
 
 def _bare_host(alias: str) -> str:

@@ -69,6 +69,8 @@ BOUNDS: dict[str, Bound] = {
 #: ``tests/security/test_untrusted_numbers.py`` checks that no numeric field is missing.
 FIELDS: dict[tuple[str, str], str] = {
     ("Hello", "protocol_version"): "count", ("Hello", "pid"): "pid",
+    ("LeaseStatus", "idle_s"): "s", ("LeaseStatus", "deadline_ts"): "time",
+    ("LeaseStatus", "connections"): "count", ("LeaseStatus", "runs"): "count",
     ("GpuProcess", "pid"): "pid", ("GpuProcess", "used_mib"): "mib",
     ("Gpu", "index"): "index", ("Gpu", "memory_total_mib"): "mib",
     ("Gpu", "memory_used_mib"): "mib", ("Gpu", "sm_clock_mhz"): "mhz",

@@ -196,9 +196,20 @@ class WorkspaceApply(Request, kw_only=True, tag="workspace_apply"):
     tree_sha256: str
 
 
+class LeaseReq(Request, kw_only=True, tag="lease"):
+    """The pod's lease (remote_agent/lease.py): arm it with ``idle_s`` and the pod's own
+    ``stop_argv``, ``release`` it, or (neither) ask how it stands. Answered with
+    :class:`LeaseStatus`."""
+
+    idle_s: float | None = None
+    stop_argv: list[str] | None = None
+    stop_running: bool = False
+    release: bool = False
+
+
 Requests = (
     Ping | ProbeReq | StartRun | Attach | Cancel | ListRuns | TelemetryReq | NcuPlanReq
-    | NsysPlanReq | StatFile | Shutdown | WorkspacePut | WorkspaceApply
+    | NsysPlanReq | StatFile | Shutdown | WorkspacePut | WorkspaceApply | LeaseReq
 )
 
 
@@ -825,8 +836,22 @@ class WorkspaceState(Event, kw_only=True, tag="workspace_state"):
     removed: int = 0
 
 
+class LeaseStatus(Event, kw_only=True, tag="lease_status"):
+    """How the pod's lease stands: armed (its process alive) with ``idle_s``; when nobody
+    holds the pod, the wall time it stops at (``deadline_ts``); else who holds it."""
+
+    armed: bool = False
+    idle_s: float | None = None
+    deadline_ts: float | None = None
+    connections: int = 0
+    runs: int = 0
+    last_event: str | None = None
+    reason: str | None = None
+
+
 Events = (
-    Hello | Pong | Error | Log | ProbeResult | NcuPlan | NsysPlan | StatResult | RunList
+    LeaseStatus | Hello | Pong | Error | Log | ProbeResult | NcuPlan | NsysPlan | StatResult
+    | RunList
     | RunStarted | TierStarted | TierFinished | Output | Samples | Tier1Result | KernelTable
     | NcuProgress | KernelMetrics | RuleFindings | StaticAnalysis | Diagnosis | Artifact
     | RunFinished | Telemetry | WorkspaceStored | WorkspaceState | ProgramVerdict

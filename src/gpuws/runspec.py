@@ -15,7 +15,9 @@ import argparse
 import base64
 import dataclasses
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -24,6 +26,7 @@ from . import protocol
 from .errors import StoreError, UsageError
 from .gpu.gpus import check_syntax as check_gpu_syntax
 from .kernels.registry import WorkloadError, validate
+from .text.textsafe import visible
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,6 +141,86 @@ def parse_target_ci(text: str | float) -> float:
     return share
 
 
+#: An environment variable's name, as POSIX shells accept it.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: The largest ``--env-file`` read (a secrets file, not a data set).
+MAX_ENV_FILE_BYTES = 1 << 20
+
+
+def resolve_env(files: list[str], items: tuple[str, ...]) -> tuple[str, ...]:
+    """The workload's environment as ``KEY=VALUE`` items, from ``--env-file`` and ``--env``.
+
+    ``--env KEY`` (no ``=``) takes the value from this process's environment, and
+    ``--env-file FILE`` reads ``KEY=VALUE`` lines (blank lines, ``#`` comments, an
+    ``export`` prefix and one pair of surrounding quotes allowed): either way a secret
+    stays out of the laptop's process list, where ``--env KEY=VALUE`` shows it to every
+    user of the machine. Files come first, in order; ``--env`` items override them.
+
+    Raises:
+        UsageError: a file missing, a folder, too large or not UTF-8; a malformed line
+            (its file and line number); ``--env KEY`` with KEY unset or not a name.
+    """
+    out: dict[str, str] = {}
+    for name in files:
+        out.update(_env_file(Path(name)))
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            if not _ENV_NAME.fullmatch(key):
+                raise UsageError(f"bad --env {visible(item, 80)!r}",
+                                 remedy="use --env KEY=VALUE, or --env KEY to pass KEY's value "
+                                        "from this shell")
+            if key not in os.environ:
+                raise UsageError(f"--env {key}: {key} is not set in this shell's environment",
+                                 remedy=f"export {key}=… first, or give --env {key}=VALUE or "
+                                        "--env-file FILE")
+            value = os.environ[key]
+        out[key] = value
+    return tuple(f"{k}={v}" for k, v in out.items())
+
+
+def _env_file(path: Path) -> dict[str, str]:
+    shown = visible(str(path), 200)
+    try:
+        st = path.stat()
+    except OSError:
+        raise UsageError(f"--env-file {shown}: no such file",
+                         remedy="give a file of KEY=VALUE lines") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"--env-file {shown} is not a regular file",
+                         remedy="give a file of KEY=VALUE lines")
+    if st.st_size > MAX_ENV_FILE_BYTES:
+        raise UsageError(f"--env-file {shown} is {st.st_size:,} bytes, over the "
+                         f"{MAX_ENV_FILE_BYTES:,} an environment file may be",
+                         remedy="give a file of KEY=VALUE lines")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"--env-file {shown} is not UTF-8 text",
+                         remedy="give a file of KEY=VALUE lines") from None
+    except OSError as exc:
+        raise UsageError(f"--env-file {shown}: {exc.strerror}",
+                         remedy="check the file's permissions") from None
+    out: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not _ENV_NAME.fullmatch(key):
+            # The line itself is not repeated: it may hold a secret.
+            raise UsageError(f"--env-file {shown}, line {number}: not KEY=VALUE",
+                             remedy="write one KEY=VALUE per line (# starts a comment)")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[key] = value
+    return out
+
+
 def options_from_args(args: argparse.Namespace) -> LaunchOptions:
     """The options ``gpuws run``'s flags hold (see ``commands.common.add_run_args``).
 
@@ -151,7 +234,8 @@ def options_from_args(args: argparse.Namespace) -> LaunchOptions:
     """
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(LaunchOptions)
               if hasattr(args, f.name)}
-    values["env"] = tuple(values.get("env") or ())
+    values["env"] = resolve_env(getattr(args, "env_file", None) or [],
+                                tuple(values.get("env") or ()))
     if "target_ci" in values:
         values["target_ci"] = parse_target_ci(values["target_ci"])
     baseline = getattr(args, "baseline", None)

@@ -129,6 +129,13 @@ NOWHERE = "no-such-pod.invalid"
      ["--max-tier3-seconds only affects Tier 3"]),
     (["-w", "builtin:saxpy", "-k", "saxpy("], ["is not a regular expression"]),
     (["-w", "builtin:saxpy", "--env", "=x"], ["bad --env '=x'", "KEY=VALUE"]),
+    (["-w", "builtin:saxpy", "--env", "GPUWS_TEST_NEVER_SET"],
+     ["--env GPUWS_TEST_NEVER_SET: GPUWS_TEST_NEVER_SET is not set in this shell's environment",
+      "--env-file FILE"]),
+    (["-w", "builtin:saxpy", "--env", "not a name"], ["bad --env 'not a name'", "--env KEY"]),
+    (["-w", "builtin:saxpy", "--env-file", "/nonexistent/secrets.env"],
+     ["--env-file /nonexistent/secrets.env: no such file", "KEY=VALUE lines"]),
+    (["-w", "builtin:saxpy", "--env-file", "/"], ["--env-file / is not a regular file"]),
     (["-w", "builtin:saxpy", "--fail-if-slower", "3"], ["--fail-if-slower needs --baseline",
                                                         "gpuws history"]),
     (["-w", "builtin:saxpy", "--baseline", "nope"], ["--baseline: no run matches 'nope'",
@@ -282,3 +289,35 @@ def test_report_reads_ncu_csv_on_the_laptop(capsys: pytest.CaptureFixture[str]) 
     (kernel,) = json.loads(capsys.readouterr().out)
     assert kernel["kernel"].startswith("saxpy") and kernel["metrics"]["duration_ns"] > 0
     assert main(["report", str(FIX / "no_such.csv")]) != 0
+
+
+def test_secrets_reach_the_workload_without_the_process_list(
+        ssh_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--env KEY and --env-file carry values that never appear in gpuws's own argv (where
+    ``ps`` shows them to every user of the laptop): over the real sshd, the workload sees
+    them."""
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text("# the pod's tokens\nexport HF_TOKEN='hf_file_secret'\n\n"
+                       'WANDB_KEY = "w key"\nOVERRIDDEN=from-file\n')
+    monkeypatch.setenv("GPUWS_TEST_TOKEN", "shell-secret-42")
+    argv = ["run", "pod", "-F", str(ssh_config), "-w",
+            "cmd:echo seen:$HF_TOKEN:$WANDB_KEY:$GPUWS_TEST_TOKEN:$OVERRIDDEN",
+            "--env-file", str(secrets), "--env", "GPUWS_TEST_TOKEN", "--env", "OVERRIDDEN=cli"]
+    assert not any(secret in arg for arg in argv
+                   for secret in ("hf_file_secret", "shell-secret-42", "w key"))
+    assert main(argv) == 0
+    assert "seen:hf_file_secret:w key:shell-secret-42:cli" in capsys.readouterr().out
+
+
+def test_a_malformed_env_file_names_the_line_not_the_secret(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.env"
+    bad.write_text("A=1\n# fine\nthis-is-hunter2\n")
+    assert main(["run", NOWHERE, "-w", "builtin:saxpy", "--env-file", str(bad)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"--env-file {bad}, line 3: not KEY=VALUE" in line and "hunter2" not in line
+    binary = tmp_path / "bin.env"
+    binary.write_bytes(b"A=\xff\xfe\n")
+    assert main(["run", NOWHERE, "-w", "builtin:saxpy", "--env-file", str(binary)]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err

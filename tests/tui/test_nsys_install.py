@@ -46,7 +46,9 @@ async def test_the_nsys_plan_asks_first_and_cancel_changes_nothing(
         screen = DashboardScreen("pod", h200_probe(), "ssh+sftp", TelemetryHistory())
         await app.push_screen(screen)
         panel = screen.query_one(NsysPanel)
-        assert not panel.display  # nothing shown until the agent answers
+        # Until the agent answers, a placeholder of the usual size holds the place.
+        assert "asking the agent" in str(screen.query_one("#nsys-text", Static).render())
+        assert not screen.query_one("#nsys-install", Button).display
         screen.post_message(NsysPlanReady(plan))
         await until(pilot, lambda: panel.display and screen.query_one("#nsys-install",
                                                                       Button).display)

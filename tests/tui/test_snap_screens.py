@@ -28,6 +28,7 @@ from gpuws.tui.app import GpuwsApp, StartConnect
 from gpuws.tui.messages import EconomicsTick, NcuPlanReady, TelemetryTick
 from gpuws.tui.screens.connecting import ConnectingScreen
 from gpuws.tui.screens.dashboard import DashboardScreen
+from gpuws.tui.screens.help import HelpScreen
 from gpuws.tui.screens.launcher import LauncherScreen
 from gpuws.tui.screens.sessions import SessionsScreen
 from tui.tuikit import (  # type: ignore[import-not-found]
@@ -164,8 +165,10 @@ def test_help(snap_compare: SnapCompare) -> None:
 
     async def run_before(pilot: Pilot[Any]) -> None:
         await until(pilot, lambda: pilot.app.screen.query("#hosts"))
-        await pilot.press("question_mark")
-        await pilot.pause(0.2)
+        # Home opens typing into its destination box, where ? is a character: the hosts
+        # list first, where it is the key.
+        await pilot.press("down", "question_mark")
+        await until(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
 
     assert snap_compare(app_on(), terminal_size=(80, 24), run_before=run_before)
 

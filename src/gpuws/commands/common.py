@@ -185,8 +185,12 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, help="kill a workload process after this many s")
     p.add_argument("--install-cupy", action="store_true",
                    help="install the CuPy wheel that fits the driver if the pod has none")
-    p.add_argument("--env", action="append", default=[], metavar="K=V",
-                   help="environment for the workload (repeatable)")
+    p.add_argument("--env", action="append", default=[], metavar="K=V|K",
+                   help="environment for the workload (repeatable); --env K passes this "
+                        "shell's value of K, kept out of the process list")
+    p.add_argument("--env-file", action="append", default=[], metavar="FILE",
+                   help="KEY=VALUE lines for the workload's environment (repeatable; "
+                        "for secrets: nothing shows in the process list)")
     p.add_argument("--rate", type=usd, help="the pod's price in USD per hour")
     p.add_argument("--detach", action="store_true",
                    help="start the run, print its id and return; it goes on on the pod")

@@ -16,6 +16,7 @@ from .. import protocol
 from ..client import AgentClient
 from ..errors import GpuwsError, UsageError
 from ..gpu import evidence, gpus
+from ..live import podlease
 from ..protocol import Gpu, NsysPlan, Probe
 from ..text import humanfmt
 from ..text.textsafe import text as safe
@@ -39,6 +40,8 @@ async def doctor(args: argparse.Namespace) -> int:
         plan = await client.nsys_plan()
         report["nsys"]["plan"] = msgspec.to_builtins(plan)
         report["timings"]["nsys_plan_s"] = time.monotonic() - t1
+        lease = await podlease.arm(client, args.host)
+        report["lease"] = dict(msgspec.to_builtins(lease), said=podlease.describe(lease))
         if not args.json:
             render(report)
         if install:
@@ -139,6 +142,9 @@ def render(r: dict[str, Any]) -> None:
     verdict = c["verdict"] if c["verdict"] in ("allowed", "blocked") else "unknown"
     t.add_row("counters", Text.assemble((verdict, colour), " — ", safe(c["reason"])))
     tr = r["transport"]
+    if r.get("lease"):
+        armed = r["lease"]["armed"]
+        t.add_row("lease", Text(visible(r["lease"]["said"]), "green" if armed else "yellow"))
     t.add_row("transport", f"{tr['kind']}" + (", SFTP" if tr["sftp"] else ", no SFTP")
               + "".join(f"\n{visible(n)}" for n in tr["notes"]))
     ag = r["agent"]

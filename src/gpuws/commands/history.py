@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import msgspec
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -105,41 +106,64 @@ async def history(args: argparse.Namespace) -> int:
     for r in runs:
         by_session.setdefault(r.session_id, []).append(r)
     for session_id, rows in by_session.items():
-        first = rows[0]
-        t = Table(title=Text.assemble("session ", (visible(session_id), "bold"),
-                                      f" · {visible(first.host, 200)} · ",
-                                      humanfmt.when(first.started)[:10]),
-                  title_justify="left")
-        t.add_column("run id", no_wrap=True, min_width=len(first.run_id))
-        t.add_column("started", no_wrap=True)
-        t.add_column("workload", overflow="fold")
-        t.add_column("status", overflow="fold")
-        t.add_column("Tier-1 median", justify="right", no_wrap=True)
-        for r in rows:
-            # Text, not str: a workload may hold "[...]", which must never be read as markup,
-            # and made visible: "\x1b]0;…" must not retitle the terminal.
-            workload = safe(r.workload)
-            if r.code is not None:
-                # Which code gave the number: tree, commit, dirty files.
-                workload.append(f"\n{visible(r.code.short(), 300)}", "dim")
-            t.add_row(safe(r.run_id), humanfmt.when(r.started)[11:], workload,
-                      _status(r), _median(r))
-        out.print(t)
-    out.print(Text("run ids (or unique prefixes) go to compare, baseline, pull and "
-                   "replay SESSION --run", "dim"))
+        out.print(_history_table(session_id, rows, out.width))
+    out.print(Text("run ids (or prefixes) go to compare, baseline, pull and replay SESSION "
+                   "--run", "dim"))
     return 0
+
+
+#: Below this many columns the table drops "started" (the run id holds the start time).
+NARROW = 100
+
+
+def _history_table(session_id: str, rows: list[RunSummary], width: int) -> Table:
+    """One session's runs, each row at most three lines at any width: the run id whole,
+    the workload, its reason and its code on one line each, cut with an ellipsis (before,
+    a row folded to 13-17 lines at 80 columns)."""
+    first = rows[0]
+    narrow = width < NARROW
+    t = Table(title=Text.assemble("session ", (visible(session_id), "bold"),
+                                  f" · {visible(first.host, 200)} · ",
+                                  humanfmt.when(first.started)[:10]),
+              title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+    t.add_column("run id", no_wrap=True, min_width=max(len(r.run_id) for r in rows))
+    if not narrow:
+        t.add_column("started", no_wrap=True)
+    t.add_column("status", no_wrap=True, max_width=12)
+    t.add_column("Tier-1 median", justify="right", no_wrap=True)
+    # The one column that gives way: the others keep their width, this one is cut.
+    t.add_column("workload")
+    for r in rows:
+        cells = [safe(r.run_id)]
+        if not narrow:
+            cells.append(Text(humanfmt.when(r.started)[11:]))
+        t.add_row(*cells, _status(r), Text(_median(r)), _workload(r))
+    return t
+
+
+def _workload(r: RunSummary) -> Text:
+    # Text, not str: a workload may hold "[...]", which must never be read as markup, and
+    # made visible: "\x1b]0;…" must not retitle the terminal. Each line is cut, not
+    # folded (no_wrap): the newlines are ours, a reason's own are shown as \n.
+    text = safe(r.workload)
+    if r.why:
+        # "cancelled during tier 1" beside "cancelled" reads as "during tier 1".
+        why = r.why.removeprefix(r.status).strip() or r.why
+        text.append(f"\n{visible(why)}", "dim")
+    if r.code is not None:
+        # Which code gave the number: tree, commit, dirty files.
+        text.append(f"\n{visible(r.code.short(), 300)}", "dim")
+    text.no_wrap = True
+    text.overflow = "ellipsis"
+    return text
 
 
 def _status(r: RunSummary) -> Text:
     colour = {"ok": "green", "running": "cyan", "cancelled": "yellow"}.get(r.status, "red")
     text = safe(r.status, colour, 40)
     if r.is_baseline:
-        text.append(" · baseline", "magenta")
-    if r.why:
-        # "cancelled during tier 1" under "cancelled" reads as "during tier 1".
-        why = r.why.removeprefix(r.status).strip() or r.why
-        # The newline is ours; the reason's own are shown as \n, so it cannot draw rows.
-        text.append(f"\n{visible(why)}", "dim")
+        text.append("\nbaseline", "magenta")
+    text.overflow = "ellipsis"
     return text
 
 

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 import msgspec
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -563,14 +564,34 @@ async def runs(args: argparse.Namespace) -> int:
     if args.json:
         print_json(msgspec.to_builtins(items))
         return 0
-    t = Table(title=f"runs on {visible(args.host)}", title_justify="left")
-    for col in ("run id", "status", "started", "events", "workload"):
-        t.add_column(col)
-    for r in items:
-        t.add_row(safe(r.run_id), safe(r.status), humanfmt.when(r.started),
-                  humanfmt.num(r.last_seq + 1), safe(r.workload, limit=60))
-    console(markup=False).print(t)
+    out = console(markup=False)
+    out.print(runs_table(visible(args.host), items, out.width))
     return 0
+
+
+def runs_table(host: str, items: list[protocol.RunInfo], width: int) -> Table:
+    """The pod's runs for ``attach``: every id whole at any width (they are what a person
+    copies); the workload, the one column that gives way, is cut with an ellipsis. Below
+    100 columns the start time goes (the id holds it)."""
+    narrow = width < 100
+    t = Table(title=f"runs on {host}", title_justify="left", box=box.SIMPLE_HEAD,
+              show_edge=False)
+    t.add_column("run id", no_wrap=True,
+                 min_width=max((len(r.run_id) for r in items), default=6))
+    t.add_column("status", no_wrap=True,
+                 min_width=min(12, max((len(r.status) for r in items), default=6)))
+    if not narrow:
+        t.add_column("started", no_wrap=True)
+    t.add_column("events", justify="right", no_wrap=True)
+    t.add_column("workload")
+    for r in items:
+        workload = safe(r.workload, limit=300)
+        workload.no_wrap, workload.overflow = True, "ellipsis"
+        cells = [safe(r.run_id), safe(r.status, limit=40)]
+        if not narrow:
+            cells.append(Text(humanfmt.when(r.started)))
+        t.add_row(*cells, Text(humanfmt.num(r.last_seq + 1)), workload)
+    return t
 
 
 async def ncu(args: argparse.Namespace) -> int:

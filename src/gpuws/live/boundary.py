@@ -469,7 +469,7 @@ def check_verdict(ev: protocol.ProgramVerdict | protocol.KernelVerdict
 #: The answers a command may check (constrained, so each keeps its own type).
 AnswerT = TypeVar("AnswerT", protocol.NsysPlan, protocol.NcuPlan, protocol.ProbeResult,
                   protocol.StatResult, protocol.RunList, protocol.WorkspaceStored,
-                  protocol.WorkspaceState)
+                  protocol.WorkspaceState, protocol.LeaseStatus)
 
 
 def check_answer(ev: AnswerT) -> AnswerT:

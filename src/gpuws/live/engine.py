@@ -146,6 +146,8 @@ class Engine:
         self.lost: GpuwsError | None = None
         self.reconnecting = False
         self._lease: SessionLease | None = None
+        #: The pod's own lease (the idle auto-stop), as the agent last said it stands.
+        self.pod_lease: protocol.LeaseStatus | None = None
         self._finished: dict[str, protocol.RunFinished] = {}
         #: Runs followed before a reconnect that the pod would not resume (gone, refused).
         self._unresumable: dict[str, GpuwsError] = {}
@@ -242,8 +244,21 @@ class Engine:
         self._lease = SessionLease(session_id)
         self.feed.set_session(session_id)
         if rate and budget is not None:
-            self._spawn(self._watch_budget(rate, budget, started_wall), "gpuws-budget")
+            self._spawn(self._watch_budget(rate, budget, started_wall, target.host),
+                        "gpuws-budget")
+        self._spawn(self._arm_pod_lease(client, target.host), "gpuws-pod-lease")
         return Link(target, client, probe, session_id, rate, budget)
+
+    async def _arm_pod_lease(self, client: AgentClient, host: str) -> None:
+        """Arm the pod's lease where the host's config asks for one (issue 22); say so,
+        or why it could not be."""
+        from .podlease import arm, describe
+
+        self.pod_lease = await arm(client, host)
+        if self.pod_lease.armed:
+            self._notice("information", "lease", "pod lease: " + describe(self.pod_lease))
+        elif host_config(load_config(), host).idle_stop_minutes is not None:
+            self._notice("warning", "lease", describe(self.pod_lease))
 
     def _attach_client(self, link: Link) -> None:
         self.link = link
@@ -602,7 +617,8 @@ class Engine:
                                + (" (reconnecting now…)" if self.reconnecting else ""))
         return self.link
 
-    async def _watch_budget(self, rate: float, budget: float, started_wall: float) -> None:
+    async def _watch_budget(self, rate: float, budget: float, started_wall: float,
+                            host: str = "") -> None:
         """Say so, to every face, when the session's cost reaches 80% and then 100% of its
         budget (cost accrues for connected wall time at ``rate``: the moments are known in
         advance, so nothing polls). Headless runs were silent about it before."""
@@ -612,10 +628,53 @@ class Engine:
             at = started_wall + fraction * budget / rate * 3600.0
             await asyncio.sleep(max(0.0, at - self.now()))
             spent = rate * (self.now() - started_wall) / 3600.0
+            cfg = host_config(load_config(), host) if host else None
+            stopping = fraction >= 1.0 and cfg is not None and cfg.stops_at_budget
             self._notice(severity, "budget", (
                 f"this session has cost {humanfmt.usd(spent)}, {fraction:.0%} of its "
-                f"{humanfmt.usd(budget)} budget at {humanfmt.usd(rate)}/h: the pod keeps "
-                "billing until it is stopped"))
+                f"{humanfmt.usd(budget)} budget at {humanfmt.usd(rate)}/h: "
+                + ("stopping the pod (budget_action = \"stop\")" if stopping else
+                   "the pod keeps billing until it is stopped")))
+            if stopping and cfg is not None:
+                await self._stop_host(host, cfg.stop)
+
+    async def _stop_host(self, host: str, argv: list[str] | None) -> None:
+        """The host's own ``stop`` (issue 22, point 3), on the laptop, recorded in the store
+        whether it worked or not; the outcome said in one line."""
+        if not argv:
+            self._notice("error", "budget", f"budget_action is \"stop\" but {host} has no "
+                         f"`stop` command: add stop = [\"…\"] under [hosts.{host}]; the pod "
+                         "keeps billing")
+            return
+        started = time.time()
+        ok, detail = False, ""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE)
+            try:
+                _, err = await asyncio.wait_for(proc.communicate(), 300.0)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+                err, detail = b"", "ran past 300 s"
+            lines = [ln for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
+            ok = proc.returncode == 0
+            detail = detail or (f"exit {proc.returncode}: {lines[-1].strip()[:300]}"
+                                if not ok and lines else "" if ok else
+                                f"exit {proc.returncode}")
+        except OSError as exc:
+            detail = f"{argv[0]}: {exc.strerror or exc}"
+        ended = time.time()
+        await self.store.call(lambda s: s.add_host_action(host, "stop", started, ended, ok=ok,
+                                                          detail=detail))
+        if ok:
+            self._notice("warning", "budget", f"{host} stopped by its `stop` command at 100% "
+                                              "of the budget")
+        else:
+            self._notice("error", "budget", f"the `stop` command for {host} failed ({detail}): "
+                                            "the pod may still bill; stop it in the "
+                                            "provider's console")
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)

@@ -42,6 +42,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .forkserver import main as forkserver_main
 
         return forkserver_main(args[1:])
+    if cmd == "lease" and len(args) == 1:
+        from .lease import main as lease_main
+
+        return lease_main()
     if cmd == "cat" and len(args) == 3:
         return cat(args[1], int(args[2]))
     if cmd == "cat64" and len(args) in (3, 4):
@@ -51,7 +55,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         sys.stdout.write(json.dumps(probe(), indent=2) + "\n")
         return 0
-    sys.stderr.write("usage: agent serve | worker RUN_ID | cat PATH OFFSET | "
+    sys.stderr.write("usage: agent serve | worker RUN_ID | lease | cat PATH OFFSET | "
                      "cat64 PATH OFFSET [CHUNK] | probe\n")
     return 2
 

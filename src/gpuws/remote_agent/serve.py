@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, FrozenSet, Optional
 
-from . import AGENT_VERSION, runs, wire
+from . import AGENT_VERSION, lease, runs, wire
 
 Handler = Callable[[Dict[str, Any], "Server"], None]
 
@@ -96,6 +96,10 @@ class Server:
                       "a %s request with fields this agent does not know: %s"
                       % (type_, ", ".join(repr(k) for k in unknown)[:300]))
             return
+        try:
+            lease.renew()  # every contact of a laptop renews the pod's lease
+        except OSError:
+            pass
         try:
             handler(msg, self)
         except (KeyError, TypeError, ValueError) as exc:
@@ -290,6 +294,17 @@ def _workspace_apply(msg: Dict[str, Any], srv: Server) -> None:
     srv.spawn(go, msg.get("req"))
 
 
+def _lease(msg: Dict[str, Any], srv: Server) -> None:
+    if msg.get("release"):
+        state = lease.release()
+    elif msg.get("idle_s") is None:
+        state = lease.status()
+    else:
+        state = lease.configure(msg.get("idle_s"), msg.get("stop_argv"),
+                                bool(msg.get("stop_running")))
+    srv.reply(msg.get("req"), "lease_status", **state)
+
+
 def _shutdown(msg: Dict[str, Any], srv: Server) -> None:
     srv.reply(msg.get("req"), "pong")
     srv.stop.set()
@@ -306,6 +321,7 @@ REQUEST_FIELDS: Dict[str, FrozenSet[str]] = {
         ("stat_file", ("path",)), ("shutdown", ()), ("nsys_plan", ("install",)),
         ("workspace_put", ("pieces", "data", "zlib")),
         ("workspace_apply", ("name", "entries", "tree_sha256")),
+        ("lease", ("idle_s", "stop_argv", "stop_running", "release")),
     )
 }
 #: The fields of protocol.RunSpec.
@@ -322,7 +338,7 @@ HANDLERS: Dict[str, Handler] = {
     "cancel": _cancel, "list_runs": _list_runs, "telemetry": _telemetry,
     "stat_file": _stat_file, "ncu_plan": _ncu_plan, "shutdown": _shutdown,
     "nsys_plan": _nsys_plan, "workspace_put": _workspace_put,
-    "workspace_apply": _workspace_apply,
+    "workspace_apply": _workspace_apply, "lease": _lease,
 }
 
 
@@ -349,6 +365,8 @@ def main() -> int:
     os.umask(0o077)
     writer = wire.Writer()
     srv = Server(writer)
+    # Held for this process's life: the pod's lease sees a laptop connected (lease.py).
+    connection = lease.hold_connection()
     writer.send(wire.make("hello", agent_version=AGENT_VERSION, agent_sha256=self_sha256(),
                           protocol_version=wire.PROTOCOL_VERSION,
                           python="%d.%d.%d" % sys.version_info[:3], pid=os.getpid()))
@@ -368,4 +386,6 @@ def main() -> int:
     srv.stop.set()
     if srv._lifeline is not None:
         srv._lifeline.close()  # the connection's fork servers end with it
+    if connection is not None:
+        os.close(connection)
     return 0

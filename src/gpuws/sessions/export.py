@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import signal
 import statistics
 import time
 from collections.abc import Sequence
@@ -87,6 +88,7 @@ def export_session(store: Store, session_id: str, now: float | None = None) -> s
         out += _run_section(store, run)
     out += ["", "## Economics", ""]
     out += _economics(econ)
+    out += _billed(store, session, econ)
     out += ["", f"<sub>Exported by gpuws {__version__}.</sub>", ""]
     # Every pod string above went through _esc/_code; this pass guarantees that whatever a
     # section forgets, no control character reaches the file or a terminal.
@@ -236,7 +238,7 @@ def _run_section(store: Store, run: RunRow) -> list[str]:
     out = [f"## Run {_code(run.run_id, cell=False)} — {workload}", ""]
     facts = [f"Status **{_esc(run.status)}**"]
     if run.exit_code is not None:
-        facts.append(f"exit code {run.exit_code}")
+        facts.append(exit_words(run.exit_code))
     if run.wall_s is not None:
         facts.append(f"wall {_dur(run.wall_s)}")
     if run.started is not None:
@@ -262,7 +264,7 @@ def _run_section(store: Store, run: RunRow) -> list[str]:
     static = [e for e in events if isinstance(e, protocol.StaticAnalysis)]
 
     out += ["### Commands", ""]
-    out += _commands(started)
+    out += _commands(started, finished, run.status)
     if tier1:
         out += ["", "### Tier 1 — CUDA events", ""]
         out += _tier1(tier1[-1])
@@ -338,13 +340,34 @@ def _run_code(code: CodeRecord | None) -> list[str]:
     return [line, ""]
 
 
-def _commands(started: list[protocol.TierStarted]) -> list[str]:
+def exit_words(code: int) -> str:
+    """A process's exit status for people: ``exit code 1``, or the signal that ended it
+    (``stopped by SIGTERM (exit code -15)``: what a cancel does)."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f"stopped by {name} (exit code {code})"
+
+
+def _commands(started: list[protocol.TierStarted], finished: dict[int, protocol.TierFinished],
+              run_status: str) -> list[str]:
     out: list[str] = []
     for t in started:
         out.append(f"Tier {t.tier} ({_esc(t.name)}):")
         out.append("")
-        if t.argv:
+        end = finished.get(t.tier)
+        if end is not None and end.status == "skipped":
+            # Nothing ran: the tier was only announced (Tier 1 for a command).
+            why = f": {_esc(end.reason)}" if end.reason else ""
+            out.append(f"skipped{why.rstrip('.')}; nothing ran.")
+        elif t.argv:
             out += _code_block(shlex.join(t.argv), "sh")
+            if end is not None and end.status == "failed" and run_status == "cancelled":
+                # The cancel stopped it: that is not the command failing.
+                out += ["", "cancelled: the run was cancelled while this ran."]
         else:
             out.append("ran inside the agent's worker (no separate command).")
         out.append("")
@@ -562,13 +585,26 @@ def _unmeasured(run: RunRow, finished: dict[int, protocol.TierFinished],
 
 
 def _diagnosis(d: protocol.Diagnosis) -> list[str]:
-    out = [f"- **{_esc(d.title)}** ({d.severity}, {_code(d.code, cell=False)}): {_esc(d.cause)}"
-           + (f" {_esc(d.meaning)}" if d.meaning else "")]
+    out = [f"- **{_esc(d.title)}** ({d.severity}, {_code(d.code, cell=False)}): "
+           + _esc(sentences(d.cause, d.meaning))]
     if d.unmeasured:
         out.append(f"  - Not measured: {_esc(', '.join(d.unmeasured))}.")
     for r in d.remedies:
         out.append(f"  - Remedy: {_esc(r)}")
     return out
+
+
+def sentences(*parts: str) -> str:
+    """The pod's phrases as sentences: each starts with a capital and ends with a stop
+    ("no NVIDIA GPU was found" and "the command ran …" ran together as one)."""
+    out = []
+    for part in parts:
+        part = part.strip()
+        if not part:
+            continue
+        part = part[0].upper() + part[1:]
+        out.append(part if part[-1] in ".!?" else part + ".")
+    return " ".join(out)
 
 
 def _watch_iterations(store: Store, runs: list[RunRow]) -> list[str]:
@@ -691,6 +727,38 @@ def _economics(e: Economics) -> list[str]:
     out += ["", "Phases may overlap (a transfer during a tier); busy time counts overlaps once, "
                 "and the session's cost is its connected time × the rate."]
     return out
+
+
+def _billed(store: Store, session: SessionRow, e: Economics) -> list[str]:
+    """What the provider bills (issue 22, point 4): from the start gpuws performed before
+    this session to the stop it performed after, beside the connected time, the rest named
+    as billed with nobody connected. Nothing when gpuws neither started nor stopped it."""
+    actions = [a for a in store.host_actions(session.host) if a.ok]
+    end = session.ended if session.ended is not None else time.time()
+    start = next((a for a in reversed(actions)
+                  if a.action == "start" and a.started <= session.started), None)
+    if start is not None and any(a.action == "stop" and start.started < a.started
+                                 <= session.started for a in actions):
+        start = None  # stopped again before this session: that start billed another stretch
+    stop = next((a for a in actions if a.action == "stop" and a.started >= session.started),
+                None)
+    if start is None and stop is None:
+        return []
+    rate = e.rate_usd_per_hour
+    if start is not None and stop is not None:
+        billed = stop.ended - start.started
+        idle = max(0.0, billed - e.connected_s)
+        cost = f" at {_usd(rate)}/hour: {_usd(billed * rate / 3600.0)}" if rate else ""
+        return ["", f"Billed time: {_dur(billed)}{cost}, from the start gpuws performed "
+                    f"({_when(start.started)}) to its stop ({_when(stop.ended)}); connected "
+                    f"{_dur(e.connected_s)} of it, so {_dur(idle)} was billed with nobody "
+                    "connected."]
+    if start is not None:
+        return ["", f"The pod was started by gpuws at {_when(start.started)} and no stop was "
+                    f"recorded after this session (ended {_when(end)}): it may still bill."]
+    assert stop is not None
+    return ["", f"Stopped by gpuws at {_when(stop.ended)}; its start was not gpuws's, so the "
+                "billed time before the session is not known here."]
 
 
 # ----------------------------------------------------------------------------- markdown

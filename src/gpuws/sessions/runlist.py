@@ -100,6 +100,7 @@ def why_failed(store: Store, run_id: str) -> str:
     finished: protocol.RunFinished | None = None
     started: set[int] = set()
     parts: list[str] = []
+    failed: list[str] = []
     diagnoses: list[str] = []
     for ev in store.run_events(run_id, ["run_finished", "tier_started", "tier_finished",
                                         "diagnosis"]):
@@ -112,11 +113,15 @@ def why_failed(store: Store, run_id: str) -> str:
             if ev.status in ("failed", "skipped"):
                 why = f": {ev.reason}" if ev.reason else ""
                 parts.append(f"tier {ev.tier} {ev.status}{why}")
+                if ev.status == "failed":
+                    failed.append(parts[-1])
         elif isinstance(ev, protocol.Diagnosis) and ev.severity == "error":
             diagnoses.append(f"{ev.title}: {ev.cause}" if ev.cause else ev.title)
     if finished is None:
         return ""
     if finished.status == "cancelled":
+        # The cancel stopped the command (exit code -15): that tier did not fail.
+        parts = [p for p in parts if p not in failed]
         during = f" during tier {min(started)}" if started else ""
         parts.insert(0, f"cancelled{during}")
     error = (finished.error or "").strip()

@@ -135,6 +135,23 @@ class PhaseRow(msgspec.Struct, frozen=True, kw_only=True):
     gpu_s: float | None
 
 
+class HostActionRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A start or stop gpuws performed on a host (issue 22), outside any session: what the
+    provider bills runs from a start to a stop, whoever was connected.
+
+    ``ok`` says whether it had its effect (a start the host answered after, a stop it
+    stopped answering after); ``detail`` is the failure's line otherwise.
+    """
+
+    id: int
+    host: str
+    action: str
+    started: float
+    ended: float
+    ok: bool
+    detail: str
+
+
 # ----------------------------------------------------------------------------- schema
 def _migration_1(conn: sqlite3.Connection) -> None:
     statements = [
@@ -286,9 +303,24 @@ def _migration_3(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _migration_4(conn: sqlite3.Connection) -> None:
+    """The lease: the starts and stops gpuws performed per host, so billed time (start to
+    stop) can be shown beside connected time. Not tied to a session: a pod is started
+    before any session on it and may be stopped after the last."""
+    conn.execute("""CREATE TABLE host_actions(
+        id INTEGER PRIMARY KEY,
+        host TEXT NOT NULL,
+        action TEXT NOT NULL CHECK (action IN ('start', 'stop')),
+        started REAL NOT NULL,
+        ended REAL NOT NULL,
+        ok INTEGER NOT NULL,
+        detail TEXT NOT NULL)""")
+    conn.execute("CREATE INDEX host_actions_by_host ON host_actions(host, started)")
+
+
 #: Ordered migrations; version N is reached by running the first N. Add one by appending.
 _MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migration_1, _migration_2,
-                                                           _migration_3]
+                                                           _migration_3, _migration_4]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _TAGS: dict[type, str] = {cls: str(cls.__struct_config__.tag) for cls in get_args(protocol.Events)}
@@ -773,6 +805,31 @@ class Store:
             " WHERE session_id = ? ORDER BY started, id", (session_id,))
         return [PhaseRow(id=i, session_id=s, run_id=r, phase=p, tier=t, started=st, ended=e,
                          gpu_s=g) for i, s, r, p, t, st, e, g in rows]
+
+    # ------------------------------------------------------------------------- host actions
+    def add_host_action(self, host: str, action: str, started: float, ended: float, *,
+                        ok: bool, detail: str = "") -> int:
+        """Record a start or stop gpuws performed on ``host`` and return its id."""
+        if action not in ("start", "stop"):
+            raise StoreError(f"unknown host action {action!r} (start or stop)")
+        if ended < started:
+            raise StoreError(f"{action} of {host} ends ({ended}) before it starts ({started})")
+        with self._transaction() as cur:
+            cur.execute("INSERT INTO host_actions(host, action, started, ended, ok, detail)"
+                        " VALUES (?, ?, ?, ?, ?, ?)",
+                        (host, action, started, ended, int(ok), detail))
+            return int(cur.lastrowid or 0)
+
+    def host_actions(self, host: str | None = None) -> list[HostActionRow]:
+        """The starts and stops performed (on ``host``, or on every host), oldest first."""
+        sql = "SELECT id, host, action, started, ended, ok, detail FROM host_actions"
+        params: tuple[str, ...] = ()
+        if host is not None:
+            sql += " WHERE host = ?"
+            params = (host,)
+        rows = self._conn.execute(sql + " ORDER BY started, id", params)
+        return [HostActionRow(id=i, host=h, action=a, started=st, ended=e, ok=bool(k),
+                              detail=d) for i, h, a, st, e, k, d in rows]
 
     # ------------------------------------------------------------------------- fleets
     def open_fleet(self, spec: protocol.RunSpec, pods: list[str],

@@ -33,6 +33,7 @@ from ..live.storeio import StoreHandle
 from ..live.telemetry import TelemetryHistory
 from ..live.watchloop import WatchLoop
 from ..locations import gpuws_home
+from ..remote_agent.profilers.ncu_select import step_text
 from ..runspec import LaunchOptions
 from ..sessions.cost import Economics
 from ..text.textsafe import visible, visible_lines
@@ -122,6 +123,8 @@ class GpuwsApp(App[int]):
         self.run_screens: dict[str, list[RunScreen]] = {}
         self.pending_baselines: dict[str, str] = {}
         self.last_run_id: str | None = None
+        #: The workload the launcher held last, by pod (the launcher opens on it again).
+        self.chosen_workloads: dict[str, str] = {}
         #: Arrival-to-pane latencies in seconds, kept only while ``measure`` is True (bench).
         self.measure = False
         self.latencies: list[float] = []
@@ -443,6 +446,11 @@ class GpuwsApp(App[int]):
             return
         self._work(workers.open_launcher(self), "store", "list baseline candidates")
 
+    def remember_workload(self, workload: str) -> None:
+        """What the launcher held when it closed, for the next time it opens on this pod."""
+        if self.link is not None:
+            self.chosen_workloads[self.link.target.host] = workload
+
     def launch_run(self, spec: protocol.RunSpec, baseline: str | None,
                    workspace: str | None = None) -> None:
         """Ask the pod to start ``spec`` (called by the launcher), in ``workspace`` synced
@@ -556,7 +564,7 @@ class GpuwsApp(App[int]):
         body = Text("These commands run on the pod, then ncu is verified with --version "
                     "and a one-pass smoke profile:\n")
         for step in plan.install_plan or []:
-            body.append(f"\n$ {' '.join(step)}", "bold")
+            body.append("\n$ " + visible(step_text(step)), "bold")
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -576,7 +584,7 @@ class GpuwsApp(App[int]):
                             "is verified with --version and a smoke profile that must write "
                             "a report:\n"))
         for step in plan.install_plan or []:
-            body.append("\n$ " + visible(" ".join(step)), "bold")
+            body.append("\n$ " + visible(step_text(step)), "bold")
 
         def answered(yes: bool | None) -> None:
             if yes:

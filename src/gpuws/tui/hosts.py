@@ -101,3 +101,16 @@ def _entry(name: str, where: str, in_config: bool, last: SessionSummary | None) 
                      gpu=last.gpu if last else None,
                      last_cost=last.cost_usd if last else None,
                      last_used=last.row.started if last else None)
+
+
+def last_workload(store: Store, host: str) -> str | None:
+    """The workload of the newest run on ``host`` (run on the store's thread), or None.
+
+    The launcher opens on it: the kernel chosen last time was forgotten at every opening.
+    """
+    for session in store.sessions():  # newest first
+        if session.host == host and session.transport != "replay":
+            runs = store.runs(session.id)
+            if runs:
+                return runs[-1].workload
+    return None

@@ -10,6 +10,7 @@ import pytest
 
 from gpuws import protocol
 from gpuws.remote_agent.profilers.ncu_select import (
+    KEYRING_INSTALL_PY,
     install_path_for,
     parse_ncu_version,
     parse_os_release,
@@ -183,9 +184,11 @@ def test_root_plan_uses_the_pinned_apt_package() -> None:
     plan = select_ncu([], "580.159.04", "9.0", os_release=UBUNTU_2404, is_root=True)
     steps = plan["install_plan"]
     assert plan["install_target_version"] == "2025.3.1"
-    assert steps[0][-2] == ("https://developer.download.nvidia.com/compute/cuda/repos/"
-                            "ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb")
-    assert steps[1] == ["dpkg", "-i", steps[0][-1]]
+    assert steps[0][:3] == ["python3", "-c", KEYRING_INSTALL_PY]
+    assert steps[0][3:] == ["https://developer.download.nvidia.com/compute/cuda/repos/"
+                            "ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb", "dpkg", "-i"]
+    # No fixed path another user could plant: the package lives in a private mkdtemp.
+    assert not any("/tmp" in arg for step in steps for arg in step[3:])
     assert steps[-1][-1] == "nsight-compute-2025.3.1"
     assert "apt-get" in steps[-1] and "install" in steps[-1]
     # Never the unversioned meta-package: it resolves to an old release.
@@ -223,7 +226,7 @@ def test_install_target_skips_a_release_the_driver_refused() -> None:
 def test_apt_repository_follows_os_and_machine(os_release: str, machine: str,
                                                expected: str) -> None:
     plan = select_ncu([], "580.95.05", "9.0", os_release=os_release, machine=machine)
-    assert plan["install_plan"][0][-2] == expected
+    assert plan["install_plan"][0][3] == expected
 
 
 def test_dnf_repository_for_rhel_family() -> None:

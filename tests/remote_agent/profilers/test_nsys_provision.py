@@ -36,7 +36,8 @@ def test_root_on_ubuntu_gets_the_package_of_the_drivers_cuda() -> None:
     plan = np.plan_nsys([BUNDLED], "13.0", UBUNTU, True, "x86_64")
     assert plan["selected"] is None and plan["install_target"] == "cuda-nsight-systems-13-0"
     steps = plan["install_plan"]
-    assert steps[0][-2].endswith("/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb")
+    assert steps[0][3].endswith("/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb")
+    assert steps[0][4:] == ["dpkg", "-i"] and steps[1][-1] == "update"
     assert steps[-1][-1] == "cuda-nsight-systems-13-0" and "install" in steps[-1]
     assert "bundled inside Nsight Compute" in plan["reason"]
     dnf = np.plan_nsys([], "12.4", ROCKY, True, "aarch64")

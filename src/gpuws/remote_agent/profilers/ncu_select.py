@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "CUDA_REPO_BASE",
     "DOWNLOAD_PY",
+    "KEYRING_INSTALL_PY",
     "RELEASES",
     "Release",
     "cuda_repo",
@@ -28,6 +29,7 @@ __all__ = [
     "parse_os_release",
     "release_for",
     "select_ncu",
+    "step_text",
     "supports_arch",
     "user_install_path_for",
 ]
@@ -269,6 +271,52 @@ CUDA_REPO_BASE = _REPO_BASE
 #: A download step that needs no curl/wget (``python3 -c`` this, URL, destination).
 DOWNLOAD_PY = _DOWNLOAD
 
+#: The root plans' first step: NVIDIA's cuda-keyring package fetched into a private
+#: ``mkdtemp`` directory (0700, root's), checked, and handed to the installer named after
+#: the URL (``dpkg -i``), in one process. A fixed path such as ``/tmp/cuda-keyring…deb``
+#: let another user of a shared pod plant or rewrite the package between the download and
+#: ``dpkg -i`` as root (issue 26). The check: at most 1 MiB; ``dpkg-deb`` says Package
+#: ``cuda-keyring``, Version ``1.1-1``; its files are regular files under apt's sources,
+#: apt's preferences, ``/usr/share/keyrings`` or ``/usr/share/doc`` (no link, device or
+#: anything elsewhere). The download is HTTPS with urllib's certificate checks.
+KEYRING_INSTALL_PY = r"""
+import os, shutil, subprocess, sys, tempfile, urllib.request
+url, installer = sys.argv[1], sys.argv[2:]
+allowed = ("./etc/apt/sources.list.d/", "./etc/apt/preferences.d/", "./usr/share/keyrings/",
+           "./usr/share/doc/")
+def refuse(why):
+    sys.exit("gpuws: the cuda-keyring package from %s was refused: %s" % (url, why))
+d = tempfile.mkdtemp(prefix="gpuws-keyring-")
+try:
+    deb = os.path.join(d, "cuda-keyring_1.1-1_all.deb")
+    with urllib.request.urlopen(url, timeout=120) as r:
+        data = r.read((1 << 20) + 1)
+    if len(data) > 1 << 20:
+        refuse("it is over 1 MiB")
+    fd = os.open(deb, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    def dpkg_deb(*args):
+        res = subprocess.run(["dpkg-deb"] + list(args) + [deb], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, universal_newlines=True)
+        if res.returncode != 0:
+            refuse("dpkg-deb cannot read it (%s)" % res.stderr.strip()[-200:])
+        return res.stdout
+    fields = dpkg_deb("--field").splitlines()
+    got = dict(line.split(": ", 1) for line in fields if ": " in line)
+    if (got.get("Package"), got.get("Version")) != ("cuda-keyring", "1.1-1"):
+        refuse("it is %r %r, not cuda-keyring 1.1-1" % (got.get("Package"), got.get("Version")))
+    for line in dpkg_deb("--contents").splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or line[0] == "d":
+            continue
+        if line[0] != "-" or not parts[5].startswith(allowed) or ".." in parts[5]:
+            refuse("it holds %s" % parts[-1][:200])
+    sys.exit(subprocess.call(installer + [deb]))
+finally:
+    shutil.rmtree(d, ignore_errors=True)
+"""
+
 
 def _repo_name(osr: dict[str, str]) -> tuple[str | None, str]:
     """NVIDIA's repo directory name for this OS and its package manager (apt/dnf)."""
@@ -286,6 +334,17 @@ def _repo_name(osr: dict[str, str]) -> tuple[str | None, str]:
     if "ubuntu" in ids or "debian" in ids:
         return None, "apt"
     return None, ""
+
+
+def step_text(step: list[str]) -> str:
+    """One plan step as a person reads it before confirming: the keyring step (only when
+    its code is exactly :data:`KEYRING_INSTALL_PY`, this gpuws's own) as what it does,
+    any other step as its words."""
+    if step[:3] == ["python3", "-c", KEYRING_INSTALL_PY] and len(step) >= 5:
+        return ("python3 -c <fetch %s into a private directory, check it is cuda-keyring "
+                "1.1-1 holding only apt and keyring files, then: %s it>"
+                % (step[3], " ".join(step[4:])))
+    return " ".join(step)
 
 
 def _repo_arch(machine: str) -> str | None:
@@ -311,16 +370,15 @@ def _plan_install(target: str, os_release: str | None, is_root: bool, home: str,
         repo, manager = _repo_name(osr)
         if arch is not None and repo is not None and manager == "apt" and repo in _APT_REPOS:
             keyring = f"{_REPO_BASE}/{repo}/{arch}/cuda-keyring_1.1-1_all.deb"
-            deb = "/tmp/cuda-keyring_1.1-1_all.deb"
             apt = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get"]
             plan = [
-                ["python3", "-c", _DOWNLOAD, keyring, deb],
-                ["dpkg", "-i", deb],
+                ["python3", "-c", KEYRING_INSTALL_PY, keyring, "dpkg", "-i"],
                 [*apt, "update"],
                 [*apt, "install", "-y", "--no-install-recommends", "nsight-compute-" + target],
             ]
             how = (f"as root from NVIDIA's CUDA apt repository ({_REPO_BASE}/{repo}/{arch}/, "
-                   f"added through its cuda-keyring package): the pinned package "
+                   f"added through its cuda-keyring package, fetched into a private "
+                   f"directory and checked before dpkg installs it): the pinned package "
                    f"nsight-compute-{target}")
             return plan, how, install_path_for(target)
         if arch is not None and repo is not None and manager == "dnf" and repo in _DNF_REPOS:

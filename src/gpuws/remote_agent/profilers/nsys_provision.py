@@ -60,7 +60,7 @@ def plan_nsys(installs: List[Dict[str, Any]], cuda_driver: Optional[str],
         ``selected_version``, ``reason``, ``install_plan`` (argv lists or None),
         ``install_how``, ``install_target``, ``installed``, ``verified``.
     """
-    from .ncu_select import CUDA_REPO_BASE, DOWNLOAD_PY, cuda_repo
+    from .ncu_select import CUDA_REPO_BASE, DOWNLOAD_PY, KEYRING_INSTALL_PY, cuda_repo
 
     plan: Dict[str, Any] = {"installs": installs, "selected": None, "selected_version": None,
                             "reason": "", "install_plan": None, "install_how": "",
@@ -91,10 +91,9 @@ def plan_nsys(installs: List[Dict[str, Any]], cuda_driver: Optional[str],
         return plan
     base = "%s/%s/%s" % (CUDA_REPO_BASE, repo, arch)
     if manager == "apt":
-        deb = os.path.join(tempfile.gettempdir(), "cuda-keyring_1.1-1_all.deb")
         apt = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get"]
-        steps = [["python3", "-c", DOWNLOAD_PY, base + "/cuda-keyring_1.1-1_all.deb", deb],
-                 ["dpkg", "-i", deb], [*apt, "update"],
+        steps = [["python3", "-c", KEYRING_INSTALL_PY, base + "/cuda-keyring_1.1-1_all.deb",
+                  "dpkg", "-i"], [*apt, "update"],
                  [*apt, "install", "-y", "--no-install-recommends", package]]
     else:
         steps = [["python3", "-c", DOWNLOAD_PY, "%s/cuda-%s.repo" % (base, repo),

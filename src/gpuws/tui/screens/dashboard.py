@@ -58,7 +58,7 @@ class DashboardScreen(Screen[None]):
     DashboardScreen #left { width: 1fr; }
     DashboardScreen #right { width: 1fr; }
     DashboardScreen.-narrow #columns { layout: vertical; }
-    DashboardScreen.-narrow #left { height: auto; max-height: 45%; }
+    DashboardScreen.-narrow #left { height: 45%; }
     DashboardScreen.-narrow SparkGauge { height: 1; }
     DashboardScreen.-narrow SparkGauge Sparkline { height: 1; }
     DashboardScreen.-narrow #agent-log { height: 3; }
@@ -84,6 +84,7 @@ class DashboardScreen(Screen[None]):
         self.transport = transport
         self.history = history
         self.plan: protocol.NcuPlan | None = None
+        self._telemetry_stopped = False
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -98,9 +99,11 @@ class DashboardScreen(Screen[None]):
                 yield NcuPanel(id="ncu")
                 yield NsysPanel(id="nsys")  # shown once the agent answers
             with Vertical(id="right"):
-                yield Label("Telemetry (1 Hz)" if len(self.probe.gpus) < 2 else
-                            f"Telemetry of {len(self.probe.gpus)} GPUs (1 Hz)", classes="title")
-                yield Static(Text("waiting for the first sample…", "dim"), id="no-telemetry")
+                yield Label(self._telemetry_title(Text("waiting for the first sample…",
+                                                       "dim")),
+                            classes="title", id="telemetry-title")
+                yield Static(Text("no GPU on this pod: nothing to sample", "yellow"),
+                             id="no-telemetry")
                 with Vertical(id="gauges"):
                     if len(self.probe.gpus) > 1:
                         for gpu in self.probe.gpus:
@@ -123,18 +126,28 @@ class DashboardScreen(Screen[None]):
         self.query_one(PodInfo).show(self.probe)
         self.query_one(CountersPanel).show(self.probe.counters)
         self.query_one(CostTicker).show(None)
-        self.query_one("#gauges").display = False
-        if not self.probe.gpus:
-            self.query_one("#no-telemetry", Static).update(
-                Text("no GPU on this pod: nothing to sample", "yellow"))
+        # Everything has its final place from the start: the gauges (blank until the
+        # first sample), the cost's lines, the ncu and nsys panels. Filled in a second
+        # later, nothing moves (the columns reflowed as each answer arrived).
+        self.query_one("#gauges").display = bool(self.probe.gpus)
+        self.query_one("#no-telemetry").display = not self.probe.gpus
         self.on_telemetry_tick(TelemetryTick())
+
+    def _telemetry_title(self, state: Text | None = None) -> Text:
+        """The telemetry pane's title, with how sampling goes where it is not just going."""
+        n = len(self.probe.gpus)
+        title = Text("Telemetry (1 Hz)" if n < 2 else f"Telemetry of {n} GPUs (1 Hz)")
+        if state is not None and self.probe.gpus:
+            title.append(" · ")
+            title.append(state)
+        return title
 
     # -- gauges (coalesced messages: each redraws from the history, which keeps every sample)
     def on_telemetry_tick(self, _: TelemetryTick) -> None:
         if not self.history.gpus:
             return
-        self.query_one("#no-telemetry").display = False
-        self.query_one("#gauges").display = True
+        if not self._telemetry_stopped:
+            self.query_one("#telemetry-title", Label).update(self._telemetry_title())
         for gauge in self.query(SparkGauge):
             gauge.show(self.history.values(gauge.gpu, gauge.gauge.key))
         for row in self.query(GpuRow):
@@ -163,7 +176,9 @@ class DashboardScreen(Screen[None]):
         log = self.query_one("#agent-log", Log)
         log.write_line(visible(f"{message.log.level}: {message.log.message}"))
         if message.log.message.startswith("telemetry stopped"):
-            self.query_one("#no-telemetry", Static).update(safe_text(message.log.message, "yellow"))
+            self._telemetry_stopped = True
+            self.query_one("#telemetry-title", Label).update(self._telemetry_title(
+                safe_text(message.log.message, "yellow", 200)))
 
     def on_link_down(self, message: LinkDown) -> None:
         banner = self.query_one("#link-banner", Static)

@@ -9,8 +9,6 @@ results; ``e`` writes the comparison as markdown.
 from __future__ import annotations
 
 import asyncio
-import os
-from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
@@ -21,7 +19,6 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
-from ...locations import ensure_private_dir
 from ...sessions.export import export_fleet
 from ...sessions.fleet import (
     FleetComparison,
@@ -210,10 +207,12 @@ class FleetScreen(Screen[None]):
             return
 
         async def work() -> None:
+            from ..workers import write_atomic  # the workers import the screens
+
             text = await self.app.store.call(lambda s: export_fleet(s, fleet_id))
             path = self.app.exports_dir() / f"gpuws-fleet-{fleet_id}.md"
-            await asyncio.to_thread(_write_atomic, path, text)
-            self.post_message(FleetExported(fleet_id, str(path), len(text)))
+            size = await asyncio.to_thread(write_atomic, path, text)
+            self.post_message(FleetExported(fleet_id, str(path), size))
 
         self.app.run_worker(work(), group="export", name="export", exit_on_error=False,
                             description=f"export fleet {fleet_id}")
@@ -223,9 +222,3 @@ class FleetScreen(Screen[None]):
             Text.assemble(("✓ exported ", "bold green"), f"fleet {message.fleet_id} → ",
                           (message.path, "bold"), f" ({fmt.size(message.size)})"))
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    ensure_private_dir(path.parent)  # reports name hosts and commands
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)  # never leave a half-written report behind

@@ -20,15 +20,24 @@ if TYPE_CHECKING:
     from ..app import GpuwsApp
 
 
+#: Home's keys that are letters: while the destination box has the focus they are typed
+#: into it, so the footer does not offer them then.
+_LETTER_ACTIONS = frozenset({"focus_destination", "sessions", "help", "quit"})
+
+
 class HomeScreen(Screen[None]):
-    """Pick a host (Enter), or type a destination; recent sessions below."""
+    """Type a destination (the box has the focus when Home opens), or pick a host (Enter);
+    recent sessions below."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash,c", "focus_destination", "Type a host"),
-        Binding("s", "app.open_sessions", "Sessions"),
+        # Shown while typing: the way to the hosts list, where the letters are keys again
+        # (priority: the box binds ↓ itself, to scrolling, which would hide this one).
+        Binding("down", "focus_hosts", "Hosts", priority=True),
+        Binding("s", "sessions", "Sessions"),
         Binding("f5", "reload", "Reload", show=False),
-        Binding("question_mark", "app.help", "Help"),
-        Binding("q", "app.quit", "Quit"),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
     ]
     DEFAULT_CSS = """
     HomeScreen Vertical { padding: 0 1; }
@@ -69,7 +78,9 @@ class HomeScreen(Screen[None]):
         for label, width in (("session", 12), ("host", 18), ("GPU", 16), ("started", 16),
                              ("duration", 12), ("runs", 4), ("cost", 8)):
             recent.add_column(label, width=width)
-        hosts.focus()
+        # The box looks like the place to type, so it is: a host name typed at once goes
+        # into it (with the list focused, its "s" opened Sessions).
+        self.query_one("#dest", Input).focus()
         self.action_reload()
 
     def action_reload(self) -> None:
@@ -79,6 +90,30 @@ class HomeScreen(Screen[None]):
     def action_focus_destination(self) -> None:
         """Put the cursor in the destination box."""
         self.query_one("#dest", Input).focus()
+
+    def action_focus_hosts(self) -> None:
+        """Leave the destination box for the hosts list."""
+        self.query_one("#hosts", DataTable).focus()
+
+    def action_sessions(self) -> None:
+        """Every recorded session: replay its runs, export it."""
+        self.app.open_sessions()
+
+    def action_help(self) -> None:
+        """Explain gpuws and the keys of this screen."""
+        self.app.action_help()
+
+    async def action_quit(self) -> None:
+        """Leave gpuws; runs on the pod go on."""
+        await self.app.action_quit()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        typing = isinstance(self.focused, Input)
+        if action == "focus_hosts":
+            return typing
+        if action in _LETTER_ACTIONS:
+            return not typing  # a letter typed into the box is never a hotkey
+        return True
 
     def on_home_data(self, message: HomeData) -> None:
         self.hosts, self.recent = message.hosts, message.sessions

@@ -20,7 +20,6 @@ from textual.widgets import (
     Header,
     Input,
     Label,
-    RadioButton,
     RadioSet,
     Select,
     Static,
@@ -30,8 +29,11 @@ from ... import protocol
 from ...errors import GpuwsError, UsageError
 from ...gpu import gpus
 from ...kernels.registry import BUILTINS, WorkloadError, WorkloadRef, parse_workload
+from ...kernels.workload import ParamValue
 from ...runspec import LaunchOptions, build_spec, parse_target_ci
 from ...text.textsafe import visible
+from ..widgets.marked import MarkedCheckbox, MarkedRadioButton
+from .confirm import ConfirmScreen
 
 if TYPE_CHECKING:
     from ..app import GpuwsApp
@@ -47,7 +49,7 @@ class LauncherScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+r", "launch", "Launch", priority=True),
         Binding("ctrl+t", "watch", "Watch", priority=True),
-        Binding("escape", "app.pop_screen", "Back"),
+        Binding("escape", "back", "Back"),
         Binding("question_mark", "app.help", "Help", show=False),
     ]
     DEFAULT_CSS = """
@@ -76,11 +78,17 @@ class LauncherScreen(Screen[None]):
     app: GpuwsApp
 
     def __init__(self, baselines: list[tuple[str | Text, str]],
-                 probe: protocol.Probe | None = None) -> None:
+                 probe: protocol.Probe | None = None, workload: str | None = None) -> None:
         super().__init__()
         self.baselines = baselines
         #: The pod's probe (its GPUs); by default the connected link's.
         self.probe = probe
+        #: The workload the form opens on (the one chosen last on this pod), if any.
+        self.remembered = workload
+        #: Tier 1's tick before a command unticked it (restored for the other kinds).
+        self._t1_wanted = True
+        #: The kernel whose parameters the form shows.
+        self._params_of = ""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -88,9 +96,9 @@ class LauncherScreen(Screen[None]):
             yield Label("Workload", classes="section")
             with RadioSet(id="kind") as kind:
                 kind.compact = True
-                yield RadioButton("bundled kernel", value=True, id="kind-builtin")
-                yield RadioButton("Python file", id="kind-file")
-                yield RadioButton("command", id="kind-cmd")
+                yield MarkedRadioButton("bundled kernel", value=True, id="kind-builtin")
+                yield MarkedRadioButton("Python file", id="kind-file")
+                yield MarkedRadioButton("command", id="kind-cmd")
             with Vertical(id="builtin-box"):
                 with Horizontal(classes="row"):
                     yield Label("kernel")
@@ -108,11 +116,12 @@ class LauncherScreen(Screen[None]):
             yield from _row("GPU", Select(self._gpu_choices(), value="auto", allow_blank=False,
                                           id="gpu"))
             yield Label("", id="gpu-note", classes="help")
+            yield Label(self._no_gpu_note(), id="no-gpu-note", classes="help")
             yield Label("Tiers", classes="section")
             with Horizontal(id="tiers"):
-                yield Checkbox("1 CUDA events", True, id="t1", compact=True)
-                yield Checkbox("2 kernel timeline", True, id="t2", compact=True)
-                yield Checkbox("3 Nsight Compute", True, id="t3", compact=True)
+                yield MarkedCheckbox(_T1_LABEL, True, id="t1", compact=True)
+                yield MarkedCheckbox("2 kernel timeline", True, id="t2", compact=True)
+                yield MarkedCheckbox("3 Nsight Compute", True, id="t3", compact=True)
             yield Label("Tier 1 options", classes="section")
             yield from _row("target CI", Input("1%", id="target-ci",
                                                tooltip="stop when the median's 95% CI is "
@@ -189,12 +198,55 @@ class LauncherScreen(Screen[None]):
             return None
         return next((g for g in self.probe.gpus if str(g.index) == value), None)
 
+    def _no_gpu_note(self) -> Text:
+        if self.probe is None and self.app.link is not None:
+            self.probe = self.app.link.probe
+        if self.probe is None or self.probe.gpus:
+            return Text("")
+        why = visible(self.probe.gpu_error or "none was found", 200)
+        return Text(f"! This pod has no GPU ({why}): a bundled kernel or a Python file "
+                    "fails at once; a command runs, without Tiers 2 and 3.")
+
     def on_mount(self) -> None:
         self.query_one("#gpu-note").display = False
+        self.query_one("#no-gpu-note").display = bool(self._no_gpu_note().plain)
         self.title = "gpuws · new run"
         self.sub_title = self.app.link_label()
         self._show_kind("builtin")
         self._show_params(str(self.query_one("#builtin", Select).value))
+        if self.remembered:
+            self._restore(self.remembered)
+
+    def _restore(self, workload: str) -> None:
+        """Open on the workload chosen last (its kind, kernel and parameters, or its file or
+        command); one that no longer parses is left out."""
+        try:
+            ref = parse_workload(workload)
+        except WorkloadError:
+            return
+        if ref.kind == "builtin" and ref.target not in BUILTINS:
+            return
+        self.query_one(f"#kind-{ref.kind}", MarkedRadioButton).value = True
+        self._show_kind(ref.kind)
+        if ref.kind == "builtin":
+            self.query_one("#builtin", Select).value = ref.target
+            self._show_params(ref.target, ref.params)
+        else:
+            self.query_one("#file" if ref.kind == "file" else "#cmd", Input).value = ref.target
+
+    def _remember(self) -> None:
+        """Keep what the form holds for the next time it opens on this pod (a form that
+        does not describe a workload yet leaves the last one remembered)."""
+        try:
+            workload = self.workload()
+        except GpuwsError:
+            return
+        self.app.remember_workload(workload)
+
+    def action_back(self) -> None:
+        """Leave the form; the workload chosen is remembered."""
+        self._remember()
+        self.app.pop_screen()
 
     @on(RadioSet.Changed, "#kind")
     def _kind_changed(self, event: RadioSet.Changed) -> None:
@@ -209,6 +261,17 @@ class LauncherScreen(Screen[None]):
         self.query_one("#builtin-box").display = kind == "builtin"
         self.query_one("#file-box").display = kind == "file"
         self.query_one("#cmd-box").display = kind == "cmd"
+        # A command has no run() to time: its Tier 1 is always skipped, so it is not
+        # offered ticked (it stayed ticked); the other kinds get back what it was.
+        t1 = self.query_one("#t1", MarkedCheckbox)
+        if kind == "cmd":
+            if not t1.disabled:
+                self._t1_wanted = t1.value
+            t1.value, t1.disabled = False, True
+            t1.label = f"{_T1_LABEL} (not for commands)"
+        elif t1.disabled:
+            t1.value, t1.disabled = self._t1_wanted, False
+            t1.label = _T1_LABEL
 
     @on(Input.Changed, "#workspace")
     def _watchable(self) -> None:
@@ -219,18 +282,25 @@ class LauncherScreen(Screen[None]):
 
     @on(Select.Changed, "#builtin")
     def _builtin_changed(self, event: Select.Changed) -> None:
-        self._show_params(str(event.value))
+        # The form opened on a remembered kernel already shows its parameters as chosen:
+        # neither the change message of setting it nor the stale one of the first value
+        # may reset them to the defaults.
+        value = str(event.value)
+        if value == str(event.select.value) and value != self._params_of:
+            self._show_params(value)
 
-    def _show_params(self, name: str) -> None:
+    def _show_params(self, name: str, given: dict[str, ParamValue] | None = None) -> None:
         box = self.query_one("#params", Vertical)
         box.remove_children()
+        self._params_of = name
         spec = BUILTINS.get(name)
         if spec is None:
             return
         rows: list[Widget] = []
         for p in spec.params:
             choices = f" ({'/'.join(p.choices)})" if p.choices else ""
-            rows.append(Horizontal(Label(p.name), Input(str(p.default), id=f"param-{p.name}",
+            value = (given or {}).get(p.name, p.default)
+            rows.append(Horizontal(Label(p.name), Input(str(value), id=f"param-{p.name}",
                                                         tooltip=p.help, compact=True),
                                    classes="row"))
             rows.append(Label(f"{p.help}{choices}", classes="help"))
@@ -302,7 +372,22 @@ class LauncherScreen(Screen[None]):
             self.call_after_refresh(error.scroll_visible, animate=False)
             return
         error.update("")
-        self.app.launch_run(spec, _choice(self, "#baseline"), options.workspace)
+        self._remember()
+        baseline = _choice(self, "#baseline")
+
+        def launch(yes: bool | None = True) -> None:
+            if yes:
+                self.app.launch_run(spec, baseline, options.workspace)
+
+        if self.kind != "cmd" and self._no_gpu_note().plain:
+            # Known before the run: the probe found no GPU, and this workload needs one.
+            self.app.push_screen(ConfirmScreen(
+                "This pod has no GPU: launch anyway?",
+                Text(f"{self._no_gpu_note().plain[2:]}\n\nThe run would stop at once with "
+                     "\"No GPU on the pod\"; nothing would be measured."), "Launch anyway"),
+                launch)
+            return
+        launch()
 
     def action_watch(self) -> None:
         """Start the watch loop with this form: a run on every save
@@ -320,6 +405,7 @@ class LauncherScreen(Screen[None]):
             self.call_after_refresh(error.scroll_visible, animate=False)
             return
         error.update("")
+        self._remember()
         self.app.start_watch(options, _choice(self, "#baseline"))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -329,7 +415,10 @@ class LauncherScreen(Screen[None]):
         elif event.button.id == "watch":
             self.action_watch()
         else:
-            self.app.pop_screen()
+            self.action_back()
+
+
+_T1_LABEL = "1 CUDA events"
 
 
 def _row(label: str, widget: Input | Select[str]) -> ComposeResult:

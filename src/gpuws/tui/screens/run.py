@@ -7,12 +7,12 @@ model ignores any event it has already seen, so the two never double up.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, Header, TabbedContent
 
 from ...text.textsafe import visible
@@ -72,6 +72,7 @@ class RunScreen(Screen[None]):
         self.live = live
         self._backfilled = not backfill
         self._held: list[RunEvents] = []
+        self._clock: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -94,7 +95,14 @@ class RunScreen(Screen[None]):
         if not self._backfilled:
             self.app.backfill(self)
         if self.live:
-            self.set_interval(1.0, self._tick)
+            # The title's clock and the running tiers' ages move every second, not only
+            # when an event comes (a quiet workload sends none for seconds).
+            self._clock = self.set_interval(1.0, self._tick)
+
+    @property
+    def clock_running(self) -> bool:
+        """Whether the title's clock still ticks (only while a live run goes on)."""
+        return self._clock is not None
 
     def on_unmount(self) -> None:
         self.app.unregister_run_screen(self)
@@ -119,10 +127,25 @@ class RunScreen(Screen[None]):
             self.refresh_bindings()
 
     def _tick(self) -> None:
-        self.panes.tick(time.time())
+        if self.panes.model.finished is not None:
+            self._stop_clock()
+            return
+        self.panes.tick(self.app.now())
+        self._update_subtitle()
+
+    def _stop_clock(self) -> None:
+        if self._clock is not None:
+            self._clock.stop()
+            self._clock = None
 
     def _update_subtitle(self) -> None:
+        """The title line. While a live run goes on its clock reads the app's clock (the
+        same the tier strip ages its tiers by); a replay's reads up to its last event, a
+        finished run's its wall time."""
         m = self.panes.model
+        if m.finished is not None:
+            self._stop_clock()  # the end: nothing moves any more
+        now = self.app.now() if self._clock is not None else None
         host = f" on {m.hostname}" if m.hostname else ""
         gpu = self.panes.gpu
         if gpu is not None:
@@ -130,7 +153,7 @@ class RunScreen(Screen[None]):
         mode = "" if self.live else " · replay"
         # The workload, the pod's hostname and the status are the pod's words: visible.
         self.sub_title = visible(f"{m.workload or '…'}{host} · {m.status} · "
-                                 f"{m.elapsed():.1f} s{mode}", 400)
+                                 f"{m.elapsed(now):.1f} s{mode}", 400)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         finished = self.panes.model.finished is not None if self.is_mounted else False

@@ -62,10 +62,18 @@ class SessionsScreen(Screen[None]):
         for label, width in (("session", 12), ("host", 18), ("GPU", 16), ("started", 16),
                              ("duration", 12), ("runs", 4), ("cost", 8)):
             self.query_one("#sessions", DataTable).add_column(label, width=width)
-        for label, width in (("run", 22), ("workload", 30), ("status", 9), ("started", 16),
-                             ("wall", 10), ("baseline", 24)):
-            self.query_one("#runs", DataTable).add_column(label, width=width)
+        self._run_columns(22, 10)
         self.app.load_sessions(self, self.session_id)
+
+    def _run_columns(self, id_width: int, baseline_width: int) -> None:
+        """The runs table's columns, ids whole: a run id (22 characters from the agent, up
+        to 64 in a recording) and "vs <id>" were cut at a fixed 22 and 24."""
+        runs = self.query_one("#runs", DataTable)
+        runs.clear(columns=True)
+        for label, width in (("run", id_width), ("status", 9), ("wall", 10),
+                             ("baseline", baseline_width), ("workload", 30),
+                             ("started", 16)):
+            runs.add_column(label, width=width)
 
     def on_sessions_data(self, message: SessionsData) -> None:
         table = self.query_one("#sessions", DataTable)
@@ -81,13 +89,15 @@ class SessionsScreen(Screen[None]):
         self.session_id = message.session_id
         if message.session_id is not None:
             table.move_cursor(row=table.get_row_index(message.session_id))
+        bases = ["★ baseline" if r.is_baseline else (f"vs {r.baseline_of}" if r.baseline_of
+                                                    else "") for r in message.runs]
+        # Widths from the rows: the columns change only when another session is shown.
+        self._run_columns(max([22, *(len(r.run_id) for r in message.runs)]),
+                          max([10, *(len(b) for b in bases)]))
         runs = self.query_one("#runs", DataTable)
-        runs.clear()
-        for r in message.runs:
-            base = "★ baseline" if r.is_baseline else (f"vs {r.baseline_of}" if r.baseline_of
-                                                      else "")
-            runs.add_row(safe_text(r.run_id), safe_text(r.workload), safe_text(r.status),
-                         fmt.when(r.started), fmt.duration(r.wall_s), safe_text(base),
+        for r, base in zip(message.runs, bases, strict=True):
+            runs.add_row(safe_text(r.run_id), safe_text(r.status), fmt.duration(r.wall_s),
+                         safe_text(base), safe_text(r.workload), fmt.when(r.started),
                          key=r.run_id)
         count = len(message.sessions)
         self.sub_title = f"{count} session" + ("" if count == 1 else "s")

@@ -14,7 +14,9 @@ class CostTicker(Static):
     warnings."""
 
     DEFAULT_CSS = """
-    CostTicker { height: auto; padding: 0 1; }
+    /* Three lines from the start: "no session yet" becomes the rate, the times and the
+       idle share without moving what is below. */
+    CostTicker { height: auto; min-height: 3; padding: 0 1; }
     """
 
     def show(self, econ: Economics | None) -> None:

@@ -9,6 +9,7 @@ from textual.message import Message
 from textual.widgets import Button, Static
 
 from .... import protocol
+from ....remote_agent.profilers.ncu_select import step_text
 from ....text.textsafe import visible
 
 
@@ -17,7 +18,9 @@ class NcuPanel(Vertical):
 
     DEFAULT_CSS = """
     NcuPanel { height: auto; }
-    NcuPanel #ncu-text { padding: 0 1; }
+    /* The plan's usual size (the ncu chosen, why, one more line) is kept from the start,
+       so the answer does not push what is below it. */
+    NcuPanel #ncu-text { padding: 0 1; min-height: 3; }
     NcuPanel Button { margin: 0 1; }
     """
 
@@ -78,5 +81,5 @@ def render_plan(plan: protocol.NcuPlan) -> Text:
         version = visible(plan.install_target_version or "?", 80)
         text.append(f"\ninstall plan ({version}), runs only when you confirm:", "bold")
         for step in plan.install_plan:
-            text.append(f"\n  $ {visible(' '.join(step))}", "dim")
+            text.append(f"\n  $ {visible(step_text(step))}", "dim")
     return text

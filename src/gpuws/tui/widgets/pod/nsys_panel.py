@@ -9,18 +9,19 @@ from textual.message import Message
 from textual.widgets import Button, Label, Static
 
 from .... import protocol
+from ....remote_agent.profilers.ncu_select import step_text
 from ....text.textsafe import visible
 
 
 class NsysPanel(Vertical):
-    """The nsys plan, hidden until the agent answers; *Install* only when a plan exists
-    and no nsys works (the plan runs after the person confirms it)."""
+    """The nsys plan (a placeholder of its usual size until the agent answers); *Install*
+    only when a plan exists and no nsys works (the plan runs after the person confirms it)."""
 
     DEFAULT_CSS = """
-    NsysPanel { height: auto; display: none; }
+    NsysPanel { height: auto; }
     NsysPanel .title { text-style: bold; background: $boost; padding: 0 1; margin-top: 1;
                        width: 100%; }
-    NsysPanel #nsys-text { padding: 0 1; }
+    NsysPanel #nsys-text { padding: 0 1; min-height: 2; }
     NsysPanel Button { margin: 0 1; }
     """
 
@@ -37,13 +38,15 @@ class NsysPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Label("Nsight Systems", classes="title")
-        yield Static(id="nsys-text")
+        yield Static(Text("asking the agent whether nsys works…", "dim"), id="nsys-text")
         yield Button("Install nsys…", id="nsys-install", variant="warning")
+
+    def on_mount(self) -> None:
+        self.query_one(Button).display = False
 
     def show(self, plan: protocol.NsysPlan) -> None:
         """Redraw from the agent's plan."""
         self.plan = plan
-        self.display = True
         self.query_one("#nsys-text", Static).update(render_nsys_plan(plan))
         button = self.query_one(Button)
         button.display = can_install(plan)
@@ -77,5 +80,5 @@ def render_nsys_plan(plan: protocol.NsysPlan) -> Text:
         text.append("\ninstall plan, " + visible(plan.install_how or "?")
                     + "; runs only when you confirm:", "bold")
         for step in plan.install_plan or []:
-            text.append("\n  $ " + visible(" ".join(step)), "dim")
+            text.append("\n  $ " + visible(step_text(step)), "dim")
     return text

@@ -1,0 +1,220 @@
+"""The pod's lease (issue 22, point 2): the pod stops itself when nobody uses it.
+
+Real processes, real timers: the pod is a real OpenSSH sshd on 127.0.0.1 with its own
+pod-side cache; the lease process is the agent's own (``remote_agent/lease.py``), detached
+from the SSH session; its ``stop_on_pod`` is a script that writes a marker with the time and
+stops the fixture's sshd, as ``sudo shutdown`` would stop a pod. The idle time is seconds
+(``idle_stop_minutes`` takes fractions). No test asserts a wall-clock bound: each waits for
+the marker with a generous timeout, then checks the order of what the lease logged against
+what the test did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuws.cli import main
+from gpuws.remote_agent.lease import check_settings
+from sshd import SshServer, find_sshd  # type: ignore[import-not-found]
+
+IDLE_MIN = 0.05  # 3 s
+
+
+@pytest.fixture
+def pod(tmp_path: Path) -> Iterator[SshServer]:
+    if find_sshd() is None:
+        pytest.skip("OpenSSH sshd is not installed")
+    server = SshServer(tmp_path / "pod", "default").start()
+    try:
+        yield server
+    finally:
+        _release(server)
+        server.stop()
+
+
+def _release(server: SshServer) -> None:
+    """No lease process may outlive its test: settings gone, it exits at its next look."""
+    settings = server.pod_cache / "lease" / "settings.json"
+    if settings.exists():
+        settings.unlink()
+
+
+def _config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pod: SshServer,
+            extra: str = "") -> Path:
+    marker = tmp_path / "stopped"
+    script = tmp_path / "stop_on_pod.sh"
+    script.write_text("#!/bin/sh\n"
+                      f"date +%s.%N > {marker}.tmp && mv {marker}.tmp {marker}\n"
+                      f"kill $(cat {pod.root / 'sshd.pid'})\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"[hosts.pod]\nidle_stop_minutes = {IDLE_MIN}\n"
+                   f"stop_on_pod = [\"{script}\"]\n{extra}")
+    monkeypatch.setenv("GPUWS_CONFIG", str(cfg))
+    monkeypatch.setenv("GPUWS_HOME", str(tmp_path / "home"))
+    return marker
+
+
+def _wait(path: Path, timeout: float = 120.0) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return float(path.read_text().strip())
+        time.sleep(0.1)
+    raise AssertionError(f"the lease never stopped the pod ({path} missing)")
+
+
+def _armed(pod: SshServer) -> bool:
+    return (pod.pod_cache / "lease" / "settings.json").exists()
+
+
+def _running(pod: SshServer) -> bool:
+    return any(b'"tier_started"' in p.read_bytes()
+               for p in (pod.pod_cache / "runs").glob("*/events.ndjson"))
+
+
+def _log(pod: SshServer) -> list[dict[str, Any]]:
+    text = (pod.pod_cache / "lease" / "log").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _run_finished_ts(pod: SshServer) -> float:
+    (events,) = (pod.pod_cache / "runs").glob("*/events.ndjson")
+    for line in events.read_text().splitlines():
+        ev = json.loads(line)
+        if ev["type"] == "run_finished":
+            return float(ev["ts"])
+    raise AssertionError("the run never finished")
+
+
+def test_a_killed_laptop_still_stops_the_pod_after_its_run_and_the_idle_time(
+        pod: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = _config(tmp_path, monkeypatch, pod)
+    ssh = pod.client_files(tmp_path / "ssh")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuws", "run", "pod", "-F", str(ssh), "-w", "cmd:sleep 6"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+        env=os.environ.copy())
+    deadline = time.monotonic() + 120
+    while not (_armed(pod) and _running(pod)):  # the lease armed, the run going on the pod
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    # The laptop vanishes: no goodbye, no release.
+    proc.send_signal(signal.SIGKILL)
+    killed = time.time()
+    proc.wait(timeout=30)
+    stopped = _wait(marker)
+    log = _log(pod)
+    events = [e["event"] for e in log]
+    assert events[:1] == ["armed"] and events[-2:] == ["stop", "stopped"], log
+    stop = log[-2]
+    finished = _run_finished_ts(pod)
+    # The run outlived the laptop and held the pod: the idle time counted from its end.
+    assert killed < finished <= stop["idle_since"] + 1.0, (killed, finished, stop)
+    assert stop["idle_for_s"] >= IDLE_MIN * 60 and stop["idle_s"] == IDLE_MIN * 60
+    assert stopped >= finished + IDLE_MIN * 60 - 1.0
+    assert not (pod.pod_cache / "lease" / "settings.json").exists()  # fired once
+
+
+def test_each_contact_renews_the_lease(pod: SshServer, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    marker = _config(tmp_path, monkeypatch, pod)
+    ssh = str(pod.client_files(tmp_path / "ssh"))
+    assert main(["doctor", "pod", "-F", ssh]) == 0
+    out = capsys.readouterr().out
+    # The doctor itself holds the pod while it is connected.
+    assert "auto-stop 0:03 after the last laptop and run (1 laptop(s)" in out, out
+    contacts = []
+    for _ in range(3):  # contacts every ~2 s, each within the 3 s idle time
+        time.sleep(2.0)
+        contacts.append(time.time())
+        assert main(["doctor", "pod", "-F", ssh, "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["lease"]["armed"] is True
+    stopped = _wait(marker)
+    stop = next(e for e in _log(pod) if e["event"] == "stop")
+    # Never before the last contact's idle time: each doctor renewed it.
+    assert stop["idle_since"] >= contacts[-1] - 0.5 and stopped >= contacts[-1] + 2.0
+
+
+def test_stop_releases_the_lease_and_a_lease_without_a_stop_says_why(
+        pod: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    marker = _config(tmp_path, monkeypatch, pod)
+    ssh = str(pod.client_files(tmp_path / "ssh"))
+    cfg = Path(os.environ["GPUWS_CONFIG"])
+    stop = tmp_path / "laptop_stop.sh"
+    stop.write_text(f"#!/bin/sh\nkill $(cat {pod.root / 'sshd.pid'})\n")
+    stop.chmod(0o755)
+    cfg.write_text(cfg.read_text() + f"stop = [\"{stop}\"]\n")
+    assert main(["doctor", "pod", "-F", ssh]) == 0
+    assert main(["stop", "pod", "-F", ssh, "--wait", "60"]) == 0
+    assert "its lease released" in capsys.readouterr().err
+    time.sleep(IDLE_MIN * 60 * 2)  # twice the idle time: a lease still armed would fire
+    assert not marker.exists()
+    assert [e["event"] for e in _log(pod)][-1] == "released"
+
+
+def test_a_lease_without_stop_on_pod_is_refused_with_its_reason(
+        pod: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"[hosts.pod]\nidle_stop_minutes = {IDLE_MIN}\n")
+    monkeypatch.setenv("GPUWS_CONFIG", str(cfg))
+    monkeypatch.setenv("GPUWS_HOME", str(tmp_path / "home"))
+    assert main(["doctor", "pod", "-F", str(pod.client_files(tmp_path / "ssh")), "--json"]) == 0
+    lease = json.loads(capsys.readouterr().out)["lease"]
+    assert lease["armed"] is False
+    assert "stop_on_pod is not" in lease["said"] and "[hosts.pod]" in lease["said"]
+
+
+@pytest.mark.parametrize(("idle", "argv", "running"), [
+    (float("nan"), ["true"], False), (-1.0, ["true"], False), (1e12, ["true"], False),
+    (0.0, ["true"], False), (True, ["true"], False), (60.0, [], False),
+    (60.0, "shutdown -h now", False), (60.0, ["a\0b"], False), (60.0, ["x" * 5000], False),
+    (60.0, ["true"] * 65, False), (60.0, ["true"], "yes"),
+])
+def test_hostile_lease_settings_are_refused_on_the_pod(idle: Any, argv: Any,
+                                                       running: Any) -> None:
+    with pytest.raises(ValueError):
+        check_settings(idle, argv, running)
+
+
+def test_a_budget_that_stops_stops_the_pod_once_and_records_it(
+        pod: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """budget_action = "stop" (point 3): at 100% the host's own `stop` runs, said and
+    recorded; at 80% only a warning. $3,600/h makes a $2 budget last 2 s."""
+    marker = tmp_path / "laptop_stopped"
+    stop = tmp_path / "stop.sh"
+    stop.write_text(f"#!/bin/sh\ndate +%s.%N > {marker}\n")
+    stop.chmod(0o755)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"[hosts.pod]\nbudget_usd = 2\nbudget_action = \"stop\"\n"
+                   f"stop = [\"{stop}\"]\n")
+    monkeypatch.setenv("GPUWS_CONFIG", str(cfg))
+    monkeypatch.setenv("GPUWS_HOME", str(tmp_path / "home"))
+    ssh = str(pod.client_files(tmp_path / "ssh"))
+    assert main(["run", "pod", "-F", ssh, "-w", "cmd:sleep 5", "--rate", "3600"]) == 0
+    err = capsys.readouterr().err
+    assert "80% of its $2.00 budget" in err and "the pod keeps billing" in err
+    assert "100% of its $2.00 budget" in err and "stopping the pod" in err
+    assert "pod stopped by its `stop` command at 100% of the budget" in err
+    assert marker.exists()
+    from gpuws.sessions.store import Store
+
+    with Store() as store:
+        (action,) = store.host_actions("pod")
+    assert action.action == "stop" and action.ok
