@@ -49,6 +49,20 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
 )
 
 
+def _bounded(kind: Callable[[str], float], low: float, high: float) -> Callable[[str], float]:
+    """argparse type of a number in [low, high], checked as the arguments are read."""
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not low <= value <= high:  # NaN fails this too
+            raise argparse.ArgumentTypeError(
+                f"{text}: give a number from {low:,.0f} to {high:,.0f}")
+        return value
+    return parse
+
+
 def make_parser() -> argparse.ArgumentParser:
     from .commands.common import add_connection_args, add_run_args, usd
 
@@ -163,6 +177,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="a pulled .ncu-rep (needs the report extra, which scripts/run "
                                 "installs) or the CSV of `ncu --csv --page raw`")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    # The bounds of the child that parses the file (gpuws/report_child.py): a person whose
+    # honest report is long can raise them; a hostile file meets them.
+    p.add_argument("--max-memory", type=_bounded(int, 128, 1 << 20), default=1024,
+                   metavar="MIB", help="memory the parser may use (default 1024 MiB)")
+    p.add_argument("--timeout", type=_bounded(float, 1, 86400), default=60.0, metavar="S",
+                   help="seconds the parser may take (default 60)")
     p.set_defaults(func=_lazy("report_cmd", "report"))
 
     p = sub.add_parser("sessions", help="list recorded sessions with what they cost")

@@ -52,8 +52,15 @@ class Limits:
     file_mib: int = 512
     #: Most a ``.ncu-repz`` may decompress to, from its frames' headers.
     decompressed_mib: int = 1024
-    #: Most JSON the child may hand back.
-    output_mib: int = 64
+    #: Most JSON the child may hand back: the laptop's own process holds it decoded (at
+    #: this cap about 10x in memory) and prints it; ``--max-memory`` raises it with the
+    #: child's memory (:func:`output_mib_for`).
+    output_mib: int = 16
+
+
+def output_mib_for(memory_mib: int) -> int:
+    """The answer cap that goes with a child of ``memory_mib``: 16 MiB at the default."""
+    return max(16, memory_mib // 64)
 
 
 class ChildFailure(Exception):
@@ -191,8 +198,9 @@ def read_in_child(path: Path, limits: Limits, kind: str) -> dict[str, Any]:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "gpuws.report_child", str(path)], stdin=subprocess.DEVNULL,
-                stdout=out, stderr=err, env=env, preexec_fn=lambda: _limit_child(limits))
+                [sys.executable, "-m", "gpuws.report_child", str(path), kind],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+                preexec_fn=lambda: _limit_child(limits))
         except OSError as exc:
             raise ChildFailure(f"the reader could not start ({exc})",
                                "check the Python that runs gpuws") from exc
@@ -201,7 +209,7 @@ def read_in_child(path: Path, limits: Limits, kind: str) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             raise ChildFailure(f"reading it took more than {limits.seconds:g} s",
-                               "a damaged or hostile report; pull it again") from None
+                               _raise_or_pull("--timeout")) from None
         except BaseException:
             _kill_group(proc)  # Ctrl+C: the child goes too
             raise
@@ -212,24 +220,31 @@ def read_in_child(path: Path, limits: Limits, kind: str) -> dict[str, Any]:
             sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
             if -rc == signal.SIGXCPU:
                 raise ChildFailure(f"reading it used more than {limits.seconds:g} s of CPU",
-                                   "a damaged or hostile report; pull it again")
+                                   _raise_or_pull("--timeout"))
+            if -rc == signal.SIGABRT and any("bad_alloc" in line for line in tail):
+                # ncu_report's C++ out of memory under RLIMIT_AS: an abort, but not a crash.
+                raise ChildFailure(f"it needs more than {limits.memory_mib:,} MiB to read",
+                                   _raise_or_pull("--max-memory"))
             raise ChildFailure(f"the report reader crashed ({sig}) on it",
                                "the file is damaged or not a report: pull it again "
                                "(`gpuws pull`), or read it with ncu on the pod")
         if rc == 3:
             raise ChildFailure(f"it needs more than {limits.memory_mib:,} MiB to read",
-                               "a damaged or hostile report; pull it again")
+                               _raise_or_pull("--max-memory"))
         if rc == 4:
             raise ChildFailure(last or "ncu_report is not installed", _INSTALL_HINT)
         if rc != 0:
             raise ChildFailure(f"ncu_report could not read it ({last or f'exit {rc}'})",
                                "check that the file was copied whole")
         if out.tell() > limits.output_mib << 20:
-            raise ChildFailure(f"the reader handed back more than {limits.output_mib} MiB",
-                               "a damaged or hostile report")
+            raise ChildFailure(f"what it holds takes more than {limits.output_mib} MiB as JSON",
+                               _raise_or_pull("--max-memory"))
         out.seek(0)
         try:
-            data = json.loads(out.read().decode("utf-8"))
+            # Checked as it is decoded, one object at a time: parsed whole and then cleaned
+            # into a copy, a 16 MiB answer had the laptop's process at 306 MiB.
+            data = json.loads(out.read(), object_hook=_sane, parse_float=_finite,
+                              parse_constant=lambda _: None)
         except (UnicodeDecodeError, ValueError) as exc:
             raise ChildFailure(f"the reader handed back no valid JSON ({exc})",
                                "a damaged or hostile report") from exc
@@ -239,6 +254,31 @@ def read_in_child(path: Path, limits: Limits, kind: str) -> dict[str, Any]:
         raise ChildFailure("the reader handed back an unexpected shape",
                            "a damaged or hostile report")
     return data
+
+
+def _text(value: str) -> str:
+    """A string from the child as valid UTF-8 (a lone surrogate from a mangled name
+    becomes ``?``)."""
+    return value.encode("utf-8", "replace").decode("utf-8") if not value.isascii() else value
+
+
+def _finite(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None  # 1e999 reads as inf
+
+
+def _sane(obj: dict[str, Any]) -> dict[str, Any]:
+    """One decoded JSON object with its keys and string values (and those of its lists)
+    made valid UTF-8; nested objects were already seen by this hook."""
+    return {_text(k): _text(v) if isinstance(v, str) else
+            [_text(x) if isinstance(x, str) else x for x in v] if isinstance(v, list) else v
+            for k, v in obj.items()}
+
+
+def _raise_or_pull(flag: str) -> str:
+    """The remedy where a bound was reached: the person knows whether the file is honest."""
+    return (f"if the file is honest (a long profile), give `gpuws report` a larger {flag}; "
+            "else it is damaged or hostile: pull it again")
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -256,15 +296,21 @@ _INSTALL_HINT = ("install the report extra: `pip install 'gpuws[report]'` (pip),
                  "> FILE.csv")
 
 
-def _child(path: str) -> int:
-    """The child: read the report, print JSON on stdout. Exit 3: out of memory; 4: no
-    ncu_report; 1: the module refused the file (its message last on stderr)."""
+def _child(path: str, kind: str) -> int:
+    """The child: read the report (or ncu's CSV, ``kind`` ``text``), print JSON on stdout.
+    Exit 3: out of memory; 4: no ncu_report; 1: the module refused the file (its message
+    last on stderr)."""
     try:
-        from .report import read_rep_here
+        from .report import read_csv_here, read_rep_here
 
-        kernels, clocks = read_rep_here(path)
-        sys.stdout.write(json.dumps({"kernels": kernels, "clocks": clocks},
-                                    ensure_ascii=True, allow_nan=True))
+        answer: dict[str, Any]
+        if kind == "text":
+            kernels, clocks, blank_or_ncu = read_csv_here(path)
+            answer = {"kernels": kernels, "clocks": clocks, "blank_or_ncu": blank_or_ncu}
+        else:
+            kernels, clocks = read_rep_here(path)
+            answer = {"kernels": kernels, "clocks": clocks}
+        sys.stdout.write(json.dumps(answer, ensure_ascii=True, allow_nan=True))
         sys.stdout.flush()
     except MemoryError:
         os._exit(3)
@@ -278,4 +324,4 @@ def _child(path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1]))
+    sys.exit(_child(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "rep"))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import resource
 import struct
 import subprocess
 import sys
@@ -46,6 +45,23 @@ def one_clean_line(res: subprocess.CompletedProcess[bytes]) -> str:
     return err
 
 
+# The command run in a Python that reports its own peak RSS in KiB (the laptop's process,
+# not the child's) on a last stderr line: VmHWM, its own address space's high-water mark
+# (Linux carries the forking process's peak into ru_maxrss across exec, here pytest's).
+_PEAK = ("import sys\nfrom gpuws.cli import main\nrc = main(sys.argv[1:])\n"
+         "hwm = [ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM')]\n"
+         "sys.stderr.write('PEAK %s\\n' % hwm[0])\nsys.exit(rc)\n")
+
+
+def gpuws_report_peak(*args: str, env: dict[str, str] | None = None
+                      ) -> tuple[subprocess.CompletedProcess[bytes], str, float]:
+    """``gpuws report ARGS``, its stderr without the PEAK line, and its own peak in MiB."""
+    res = subprocess.run([sys.executable, "-c", _PEAK, "report", *args], capture_output=True,
+                         timeout=300, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    err, peak = res.stderr.decode("utf-8").rsplit("PEAK ", 1)
+    return res, err, int(peak) / 1024
+
+
 def rle_bomb(path: Path, gib: int) -> None:
     """A zstd frame of RLE blocks: 4 bytes each that expand to 128 KiB (RFC 8878 §3.1.1.2)."""
     out = bytearray(struct.pack("<I", 0xFD2FB528)) + bytes([0x00, 0x38])  # 128 KiB window
@@ -58,17 +74,17 @@ def rle_bomb(path: Path, gib: int) -> None:
 def test_a_zstd_bomb_is_refused_before_anything_decompresses(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.ncu-repz"
     rle_bomb(bomb, 4)  # 131 KB on disk, 4 GiB decompressed
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.monotonic()
-    res = gpuws_report(str(bomb))
+    # The process's own peak: RUSAGE_CHILDREN would report the largest child pytest ever
+    # waited for (another test's), and ru_maxrss starts at pytest's size.
+    res, err, peak_mib = gpuws_report_peak(str(bomb))
     took = time.monotonic() - t0
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    err = one_clean_line(res)
+    assert res.returncode == 2 and not res.stdout and "Traceback" not in err, err
+    assert err.startswith("gpuws: ") and err.count("\n") == 1, err
     assert "could decompress to more than 1,024 MiB" in err and "nothing was decompressed" in err
     record("test_a_zstd_bomb_is_refused_before_anything_decompresses",
            bomb_bytes=bomb.stat().st_size, decompressed_gib=4, refused=1,
-           seconds_to_refusal=round(took, 2),
-           peak_rss_mib=round(max(peak_kib, before) / 1024, 1))
+           seconds_to_refusal=round(took, 2), peak_rss_mib=round(peak_mib, 1))
 
 
 def test_the_bound_of_an_honest_zstd_report_holds_what_it_decompresses_to(
@@ -132,7 +148,10 @@ def fake_module(tmp_path: Path, body: str) -> dict[str, str]:
     site = tmp_path / "fake_site"
     site.mkdir(exist_ok=True)
     (site / "ncu_report.py").write_text(textwrap.dedent(body))
-    return {"PYTHONPATH": str(site)}
+    # The stand-in first, then the path the tests run with: the gpuws under test (a
+    # worktree's src), not whichever one the interpreter has installed.
+    return {"PYTHONPATH": os.pathsep.join(
+        x for x in (str(site), os.environ.get("PYTHONPATH")) if x)}
 
 
 @pytest.mark.parametrize(("body", "words"), [
@@ -210,3 +229,120 @@ def test_what_is_not_a_report_says_what_it_is(tmp_path: Path) -> None:
         f.write(b"NVR\x00")
         f.truncate(600 << 20)
     assert "over the 512 MiB" in one_clean_line(gpuws_report(str(big)))
+
+
+def long_csv(path: Path, mib: int) -> int:
+    """ncu's details CSV of the recorded H200 saxpy, its launch repeated under new IDs
+    until the file is ``mib`` MiB: what a long (or hostile) profile's CSV looks like."""
+    lines = (Path(__file__).parents[1] / "fixtures" / "ncu-2025.3.1-h200"
+             / "saxpy_details.csv").read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith('"ID"'))
+    header, rows = lines[start], [ln.split('","', 1)[1] for ln in lines[start + 1:]
+                                  if ln.startswith('"0"')]
+    launches = 0
+    with path.open("w", encoding="utf-8") as f:
+        f.write(header + "\n")
+        while f.tell() < mib << 20:
+            f.write("".join(f'"{launches}","{row}\n' for row in rows))
+            launches += 1
+    return launches
+
+
+def test_a_long_csv_is_parsed_in_the_bounded_child_too(tmp_path: Path) -> None:
+    """A CSV was read whole and parsed in the laptop's own process: a 200 MiB one took
+    3.5 GB and 63 s there. Now it meets the child's bounds, which a person with an honest
+    long profile can raise (``--max-memory``), and the laptop's process stays small."""
+    big = tmp_path / "long.csv"
+    launches = long_csv(big, 48)
+    t0 = time.monotonic()
+    res, err, peak_mib = gpuws_report_peak(str(big), "--json", "--max-memory", "256")
+    took = time.monotonic() - t0
+    assert res.returncode == 2 and not res.stdout, (res.returncode, err)
+    assert err.startswith("gpuws: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "needs more than 256 MiB to read" in err and "--max-memory" in err, err
+    assert peak_mib < 128, peak_mib  # the file is 48 MiB; parsed here it took ~16x that
+    # Within the bounds, the same kind of file reads as before, every launch and its clocks.
+    small = tmp_path / "short.csv"
+    n = long_csv(small, 1)
+    ok = gpuws_report(str(small), "--json")
+    assert ok.returncode == 0, ok.stderr
+    kernels = json.loads(ok.stdout.decode("utf-8"))
+    assert len(kernels) == n and all(k["clocks"]["sm_hz"] > 1e9 for k in kernels)
+    record("test_a_long_csv_is_parsed_in_the_bounded_child_too",
+           csv_mib=round(big.stat().st_size / 2**20, 1), launches=launches,
+           max_memory_mib=256, refused=1, seconds_to_refusal=round(took, 2),
+           laptop_process_peak_rss_mib=round(peak_mib, 1))
+
+
+@pytest.mark.parametrize("args", [("--max-memory", "0"), ("--max-memory", "lots"),
+                                  ("--timeout", "nan"), ("--timeout", "-1")])
+def test_the_bounds_a_person_gives_are_checked(args: tuple[str, str]) -> None:
+    res = gpuws_report(str(REP), *args)
+    assert res.returncode == 2 and not res.stdout
+    assert "Traceback" not in res.stderr.decode("utf-8")
+
+
+def test_a_report_of_many_launches_keeps_the_laptop_process_small(tmp_path: Path) -> None:
+    """The child's answer is decoded and printed by the laptop's own process. A stand-in
+    ``ncu_report`` hands back N launches (the real module cannot be made to on cue; an
+    object-heavy answer is the worst case for memory per byte): just under the 16 MiB
+    answer cap the process must stay small; past it, one line names ``--max-memory``,
+    which raises the cap with the child's memory."""
+    rep = tmp_path / "x.ncu-rep"
+    rep.write_bytes(b"NVR\x00")
+    env = fake_module(tmp_path, """
+        import os
+        from types import SimpleNamespace as NS
+        metric = NS(has_value=lambda: True, kind=lambda: 4, as_double=lambda: 1234.0,
+                    unit=lambda: "ns")
+        action = NS(name=lambda *base: "k", rule_results_as_dicts=lambda: [],
+                    metric_names=lambda: ("gpu__time_duration.sum",),
+                    metric_by_name=lambda name: metric)
+        def load_report(path):
+            n = int(os.environ["FAKE_LAUNCHES"])
+            rng = NS(num_actions=lambda: n, action_by_idx=lambda i: action)
+            return NS(num_ranges=lambda: 1, range_by_idx=lambda i: rng)
+        """)
+
+    def run(launches: int, *args: str) -> tuple[subprocess.CompletedProcess[bytes], str, float]:
+        return gpuws_report_peak("--json", str(rep), *args,
+                                 env={**env, "FAKE_LAUNCHES": str(launches)})
+
+    res, err, peak_mib = run(30_000)  # its answer: about 15.5 MiB of JSON
+    assert res.returncode == 0, err
+    kernels = json.loads(res.stdout.decode("utf-8"))
+    assert len(kernels) == 30_000 and kernels[-1]["metrics"]["duration_ns"] == 1234.0
+    # Decoded whole, cleaned into a copy and printed as one string, this took 306 MiB.
+    assert peak_mib < 128, peak_mib
+    res, err, refused_peak = run(34_000)
+    assert res.returncode == 2 and not res.stdout and "Traceback" not in err, err
+    assert err.startswith("gpuws: ") and err.count("\n") == 1, err
+    assert "more than 16 MiB as JSON" in err and "--max-memory" in err, err
+    raised, err, _ = run(34_000, "--max-memory", "2048")
+    assert raised.returncode == 0 and len(json.loads(raised.stdout)) == 34_000, err
+    record("test_a_report_of_many_launches_keeps_the_laptop_process_small",
+           launches_read=30_000, answer_cap_mib=16,
+           laptop_process_peak_rss_mib=round(peak_mib, 1), launches_refused=34_000,
+           refused_peak_rss_mib=round(refused_peak, 1), read_with_max_memory_2048=1)
+
+
+def test_a_cpp_out_of_memory_abort_is_called_out_of_memory(tmp_path: Path) -> None:
+    """``ncu_report`` runs out of memory in C++: under the child's RLIMIT_AS it throws
+    ``std::bad_alloc``, which ends in ``terminate`` and SIGABRT (seen with the real module
+    and the recorded H200 report under a 200 MiB address space). That is the bound doing
+    its work, not a crash, and the remedy is the bound's option. A stand-in module writes
+    what libstdc++ writes and aborts, since the real one's allocation pattern (which
+    limits it fails under) is no contract."""
+    rep = tmp_path / "x.ncu-rep"
+    rep.write_bytes(b"NVR\x00")
+    env = fake_module(tmp_path, """
+        import os, sys
+        def load_report(path):
+            sys.stderr.write("terminate called after throwing an instance of "
+                             "'std::bad_alloc'\\n  what():  std::bad_alloc\\n")
+            sys.stderr.flush()
+            os.abort()
+        """)
+    err = one_clean_line(gpuws_report(str(rep), "--max-memory", "300", env=env))
+    assert "needs more than 300 MiB to read" in err and "--max-memory" in err, err
+    assert "crashed" not in err
