@@ -362,9 +362,13 @@ def _bound_without_counters(bw: Optional[float], fl: Optional[float], dram_g: Op
     dram_said = "" if dram_g is None else ", DRAM bandwidth %.0f%% utilised (NVML GPM)" % dram_g
     if fl is not None and fl >= BUSY_UNIT_PCT and (bw is None or fl >= bw):
         if tensor_peak:
-            return "compute_tensor", ("Compute-bound on the tensor cores: %.0f%% of the GPU's "
-                                      "peak tensor FLOP/s, which only the tensor cores reach%s"
-                                      % (fl, tensor_said))
+            gpm_low = tensor_g is not None and tensor_g < TENSOR_BUSY_PCT
+            return "compute_tensor", (
+                "Compute-bound on the tensor cores: %.0f%% of the GPU's peak tensor FLOP/s, "
+                "which only the tensor cores reach%s" % (
+                    fl, "; NVML GPM read tensor pipes %.0f%% active, too few of its samples "
+                        "fell inside Tier 1's short timed calls to see them" % tensor_g
+                    if gpm_low and tensor_g is not None else tensor_said))
         if tensor_g is not None and tensor_g >= TENSOR_BUSY_PCT:
             return "compute_tensor", ("Compute-bound on the tensor cores: %.0f%% of the GPU's "
                                       "peak FLOP/s%s" % (fl, tensor_said))
