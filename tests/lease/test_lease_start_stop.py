@@ -186,3 +186,25 @@ def test_the_export_shows_billed_time_beside_connected_time(
     assert "Billed time: " in md and "from the start gpuws performed" in md, md
     assert "was billed with nobody connected" in md
     assert billed > (session.ended or 0) - session.started  # more than the connected time
+
+
+def test_run_on_a_stopped_host_says_how_and_starts_it_with_start(
+        pod: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 22, point 1: a host that does not answer and has `start`: without a terminal
+    the line names `--start`; with it, the host is started, waited for, and the run runs."""
+    start, stop = _start_stop_scripts(pod, tmp_path)
+    _config(tmp_path, monkeypatch, start, stop)
+    monkeypatch.setenv("GPUWS_HOME", str(tmp_path / "home"))
+    ssh = str(pod.client_files(tmp_path / "ssh"))
+    assert main(["run", "pod", "-F", ssh, "-w", "cmd:echo up"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "`gpuws start pod`, or add --start" in err
+    assert _pid(pod) is None  # nothing was started unasked
+    assert main(["run", "pod", "-F", ssh, "-w", "cmd:echo up", "--start"]) == 0
+    got = capsys.readouterr()
+    assert "pod answers" in got.err and "up" in got.out
+    assert _pid(pod) is not None
+    with Store() as store:
+        (action,) = store.host_actions("pod")
+    assert action.action == "start" and action.ok

@@ -192,6 +192,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="KEY=VALUE lines for the workload's environment (repeatable; "
                         "for secrets: nothing shows in the process list)")
     p.add_argument("--rate", type=usd, help="the pod's price in USD per hour")
+    p.add_argument("--start", action="store_true",
+                   help="if the host does not answer, start it with its `start` command "
+                        "from the config and wait for SSH (on a terminal gpuws asks)")
     p.add_argument("--detach", action="store_true",
                    help="start the run, print its id and return; it goes on on the pod")
     p.add_argument("--no-pull", action="store_true", help="leave the artifacts on the pod")

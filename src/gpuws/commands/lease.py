@@ -21,6 +21,8 @@ from contextlib import contextmanager
 
 from ..config import host_config, load_config
 from ..errors import AuthError, ConnectError, GpuwsError, HostKeyError, UsageError
+from ..live.engine import Engine
+from ..live.link import Target
 from ..sessions.store import Store
 from ..transport import make_transport
 
@@ -179,3 +181,35 @@ async def wait_for(args: argparse.Namespace, *, answering: bool) -> bool:
         print(f"waiting for {args.host} {what}: {int(left) // 60}:{int(left) % 60:02d} left",
               file=sys.stderr)
         await asyncio.sleep(min(PAUSE_S, left))
+
+
+async def connect_starting(engine: Engine, target: Target, args: argparse.Namespace) -> None:
+    """``engine.connect``, and where the host does not answer and has a ``start`` command,
+    start it first (issue 22): with ``--start``, or when the person says yes on a terminal;
+    otherwise the one line says how. A refused key or login is never a reason to start."""
+    try:
+        await engine.connect(target)
+        return
+    except (HostKeyError, AuthError):
+        raise
+    except ConnectError as exc:
+        argv = host_config(load_config(), args.host).start
+        if not argv:
+            raise
+        if not getattr(args, "start", False):
+            if not (sys.stdin.isatty() and sys.stderr.isatty()):
+                raise ConnectError(exc.message, title=exc.title,
+                                   remedy=f"start it with `gpuws start {args.host}`, or add "
+                                          "--start to this command") from exc
+            print(f"gpuws: {exc.message}", file=sys.stderr)
+            answer = await asyncio.to_thread(
+                input, f"start {args.host} with its `start` command ({argv[0]} …)? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                raise
+    waiting = argparse.Namespace(**vars(args))
+    # (run's own --timeout is the workload's: the start command gets gpuws start's default)
+    waiting.wait, waiting.timeout = 300.0, 300.0
+    with _recorded(args.host, "start"):
+        await _start(waiting, argv)
+    print(f"{args.host} answers", file=sys.stderr)
+    await engine.connect(target)

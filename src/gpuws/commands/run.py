@@ -35,6 +35,7 @@ from ..text import humanfmt
 from ..text.textsafe import json_visible, visible
 from ..text.textsafe import text as safe
 from .common import connect, console, print_json
+from .lease import connect_starting
 from .sync import sync_line
 
 
@@ -469,7 +470,7 @@ async def run(args: argparse.Namespace) -> int:
     engine = make_engine(args, printer)
     _on_sigterm(asyncio.current_task())
     try:
-        await engine.connect(target_of(args))
+        await connect_starting(engine, target_of(args), args)
         if engine.link is not None:
             # The probe is known now: a GPU the pod lacks is refused before anything runs.
             gpus.check_on_pod(spec.gpu, engine.link.probe)

@@ -35,6 +35,7 @@ from ..sessions.store import Store
 from ..text import humanfmt
 from ..text.textsafe import visible
 from .common import console
+from .lease import connect_starting
 from .run import Printer, build_spec, make_engine, target_of
 
 __all__ = ["Iteration", "change_text", "line", "summary", "verdict_word", "watch",
@@ -123,7 +124,7 @@ async def watch(args: argparse.Namespace) -> int:
     # Ctrl+C ends the loop; an iteration's run goes on on the pod.
     loop.add_signal_handler(signal.SIGINT, watcher.stop)
     try:
-        await engine.connect(target_of(args))
+        await connect_starting(engine, target_of(args), args)
         if engine.link is not None:
             gpus.check_on_pod(build_spec(args).gpu, engine.link.probe)
         err.print(Text(f"watching {', '.join(visible(str(r)) for r in roots)} on "
