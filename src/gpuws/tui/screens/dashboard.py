@@ -158,7 +158,7 @@ class DashboardScreen(Screen[None]):
 
     def show_economics(self, econ: Economics) -> None:
         """Redraw the cost ticker."""
-        self.query_one(CostTicker).show(econ)
+        self.query_one(CostTicker).show(econ, self.app.engine.pod_lease)
 
     # -- discrete
     def on_ncu_plan_ready(self, message: NcuPlanReady) -> None:

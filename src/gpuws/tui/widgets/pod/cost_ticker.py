@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from ....live.podlease import describe
+from ....protocol import LeaseStatus
 from ....sessions.cost import Economics
 from ... import fmt
 
@@ -19,8 +21,9 @@ class CostTicker(Static):
     CostTicker { height: auto; min-height: 3; padding: 0 1; }
     """
 
-    def show(self, econ: Economics | None) -> None:
-        """Redraw from the session's economics (``None`` before a session exists)."""
+    def show(self, econ: Economics | None, lease: LeaseStatus | None = None) -> None:
+        """Redraw from the session's economics (``None`` before a session exists) and the
+        pod's lease, shown where the host has one or was meant to (issue 22)."""
         if econ is None:
             self.update(Text("no session yet", "dim"))
             return
@@ -45,4 +48,8 @@ class CostTicker(Static):
             style = "bold red" if econ.over_budget else "yellow" if econ.budget_warning else ""
             text.append(" · budget ")
             text.append(f"{fmt.usd(econ.budget_usd)} ({fmt.pct(used, 0)} used)", style)
+        if lease is not None and (lease.armed or (lease.reason or "").startswith(
+                ("idle_stop_minutes is set", "the lease could not"))):
+            text.append("\n")
+            text.append(describe(lease), "green" if lease.armed else "bold yellow")
         self.update(text)
