@@ -40,6 +40,9 @@ async def arm(client: AgentClient, host: str) -> protocol.LeaseStatus:
 
 def describe(status: protocol.LeaseStatus, now: float | None = None) -> str:
     """``auto-stop in 7:42``, who holds the pod, or why there is no lease; one line."""
+    if not status.armed and (status.reason or "no lease").startswith("no lease"):
+        return ("off: idle_stop_minutes and stop_on_pod in the host's config make the pod "
+                "stop itself when nobody uses it")
     if not status.armed:
         return "no auto-stop: " + visible(status.reason or "no lease", 300)
     idle = _clock(status.idle_s or 0.0)
