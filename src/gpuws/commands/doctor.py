@@ -16,7 +16,7 @@ from .. import protocol
 from ..client import AgentClient
 from ..errors import GpuwsError, UsageError
 from ..gpu import evidence, gpus
-from ..live import podlease
+from ..live.uptime import lease as podlease
 from ..protocol import Gpu, NsysPlan, Probe
 from ..text import humanfmt
 from ..text.textsafe import text as safe

@@ -252,7 +252,7 @@ class Engine:
     async def _arm_pod_lease(self, client: AgentClient, host: str) -> None:
         """Arm the pod's lease where the host's config asks for one (issue 22); say so,
         or why it could not be."""
-        from .podlease import arm, describe
+        from .uptime.lease import arm, describe
 
         self.pod_lease = await arm(client, host)
         if self.pod_lease.armed:
@@ -646,35 +646,23 @@ class Engine:
                          f"`stop` command: add stop = [\"…\"] under [hosts.{host}]; the pod "
                          "keeps billing")
             return
-        started = time.time()
-        ok, detail = False, ""
+        from .uptime import power
+
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE)
-            try:
-                _, err = await asyncio.wait_for(proc.communicate(), 300.0)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-                err, detail = b"", "ran past 300 s"
-            lines = [ln for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
-            ok = proc.returncode == 0
-            detail = detail or (f"exit {proc.returncode}: {lines[-1].strip()[:300]}"
-                                if not ok and lines else "" if ok else
-                                f"exit {proc.returncode}")
-        except OSError as exc:
-            detail = f"{argv[0]}: {exc.strerror or exc}"
-        ended = time.time()
-        await self.store.call(lambda s: s.add_host_action(host, "stop", started, ended, ok=ok,
+            async with power.recorded(self._save_host_action, host, "stop"):
+                await power.run_command(argv, "stop", host, timeout_s=power.START_TIMEOUT_S)
+        except power.PowerError as exc:
+            self._notice("error", "budget", f"{exc.message}: the pod may still bill; stop it "
+                                            "in the provider's console")
+            return
+        self._notice("warning", "budget", f"{host} stopped by its `stop` command at 100% "
+                                          "of the budget")
+
+    async def _save_host_action(self, host: str, action: str, started: float, ended: float,
+                                ok: bool, detail: str) -> None:
+        """:data:`uptime.power.Save` through the store's thread."""
+        await self.store.call(lambda s: s.add_host_action(host, action, started, ended, ok=ok,
                                                           detail=detail))
-        if ok:
-            self._notice("warning", "budget", f"{host} stopped by its `stop` command at 100% "
-                                              "of the budget")
-        else:
-            self._notice("error", "budget", f"the `stop` command for {host} failed ({detail}): "
-                                            "the pod may still bill; stop it in the "
-                                            "provider's console")
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)

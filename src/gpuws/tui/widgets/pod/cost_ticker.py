@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ....live.podlease import describe
+from ....live.uptime.lease import describe
 from ....protocol import LeaseStatus
 from ....sessions.cost import Economics
 from ... import fmt

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import time
 
-from .. import protocol
-from ..client import AgentClient
-from ..config import host_config, load_config
-from ..errors import GpuwsError
-from ..text.textsafe import visible
+from ... import protocol
+from ...client import AgentClient
+from ...config import host_config, load_config
+from ...errors import GpuwsError
+from ...text.textsafe import visible
+from .power import clock
 
 
 async def arm(client: AgentClient, host: str) -> protocol.LeaseStatus:
@@ -45,10 +46,10 @@ def describe(status: protocol.LeaseStatus, now: float | None = None) -> str:
                 "stop itself when nobody uses it")
     if not status.armed:
         return "no auto-stop: " + visible(status.reason or "no lease", 300)
-    idle = _clock(status.idle_s or 0.0)
+    idle = clock(status.idle_s or 0.0)
     if status.deadline_ts is not None:
         left = max(0.0, status.deadline_ts - (time.time() if now is None else now))
-        return f"auto-stop in {_clock(left)} (after {idle} with no laptop and no run)"
+        return f"auto-stop in {clock(left)} (after {idle} with no laptop and no run)"
     held = []
     if status.connections:
         held.append(f"{status.connections} laptop(s) connected")
@@ -56,9 +57,3 @@ def describe(status: protocol.LeaseStatus, now: float | None = None) -> str:
         held.append(f"{status.runs} run(s) going")
     return f"auto-stop {idle} after the last laptop and run ({', '.join(held) or 'held'})"
 
-
-def _clock(seconds: float) -> str:
-    s = int(seconds)
-    if s >= 3600:
-        return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-    return f"{s // 60}:{s % 60:02d}"
