@@ -649,7 +649,7 @@ class Engine:
         from .uptime import power
 
         try:
-            async with power.recorded(self._save_host_action, host, "stop"):
+            async with power.recorded(self.save_host_action, host, "stop"):
                 await power.run_command(argv, "stop", host, timeout_s=power.START_TIMEOUT_S)
         except power.PowerError as exc:
             self._notice("error", "budget", f"{exc.message}: the pod may still bill; stop it "
@@ -658,7 +658,7 @@ class Engine:
         self._notice("warning", "budget", f"{host} stopped by its `stop` command at 100% "
                                           "of the budget")
 
-    async def _save_host_action(self, host: str, action: str, started: float, ended: float,
+    async def save_host_action(self, host: str, action: str, started: float, ended: float,
                                 ok: bool, detail: str) -> None:
         """:data:`uptime.power.Save` through the store's thread."""
         await self.store.call(lambda s: s.add_host_action(host, action, started, ended, ok=ok,

@@ -70,6 +70,11 @@ async def run_command(argv: Sequence[str], which: str, host: str, *,
                          remedy=f"install it, or fix `{which}` under [hosts.{host}]") from exc
     try:
         _, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except asyncio.CancelledError:
+        # The person gave up (the TUI's Back): the provider's tool must not go on alone.
+        proc.kill()
+        await proc.wait()
+        raise
     except TimeoutError:
         proc.kill()
         await proc.wait()
