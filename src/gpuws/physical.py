@@ -71,6 +71,8 @@ FIELDS: dict[tuple[str, str], str] = {
     ("Hello", "protocol_version"): "count", ("Hello", "pid"): "pid",
     ("LeaseStatus", "idle_s"): "s", ("LeaseStatus", "deadline_ts"): "time",
     ("LeaseStatus", "connections"): "count", ("LeaseStatus", "runs"): "count",
+    ("LeaseStatus", "now_ts"): "time", ("LeaseStop", "at"): "time",
+    ("LeaseStop", "idle_for_s"): "s", ("LeaseStop", "ended_at"): "time",
     ("GpuProcess", "pid"): "pid", ("GpuProcess", "used_mib"): "mib",
     ("Gpu", "index"): "index", ("Gpu", "memory_total_mib"): "mib",
     ("Gpu", "memory_used_mib"): "mib", ("Gpu", "sm_clock_mhz"): "mhz",

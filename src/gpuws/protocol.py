@@ -836,9 +836,25 @@ class WorkspaceState(Event, kw_only=True, tag="workspace_state"):
     removed: int = 0
 
 
+class LeaseStop(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A stop the pod's lease logged: when it ran ``stop_on_pod`` (``at``), after how long
+    with nobody there, and whether the command said it worked (None: the log ends there,
+    as when the pod went down under it); ``ended_at`` when the command returned."""
+
+    at: float
+    idle_for_s: float
+    ok: bool | None = None
+    ended_at: float | None = None
+
+
 class LeaseStatus(Event, kw_only=True, tag="lease_status"):
     """How the pod's lease stands: armed (its process alive) with ``idle_s``; when nobody
-    holds the pod, the wall time it stops at (``deadline_ts``); else who holds it."""
+    holds the pod, the wall time it stops at (``deadline_ts``); else who holds it.
+
+    ``stops``: the last stops its log holds (at most :data:`MAX_LEASE_STOPS`), so a laptop
+    learns of a stop it did not see. ``now_ts`` is the pod's clock when this was written:
+    the laptop reads every time here against it, not against its own clock.
+    """
 
     armed: bool = False
     idle_s: float | None = None
@@ -847,6 +863,12 @@ class LeaseStatus(Event, kw_only=True, tag="lease_status"):
     runs: int = 0
     last_event: str | None = None
     reason: str | None = None
+    now_ts: float | None = None
+    stops: list[LeaseStop] = msgspec.field(default_factory=list)
+
+
+#: How many of its stops a lease reports (the pod keeps them all in its log).
+MAX_LEASE_STOPS = 8
 
 
 Events = (

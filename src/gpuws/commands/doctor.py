@@ -14,10 +14,12 @@ from rich.text import Text
 
 from .. import protocol
 from ..client import AgentClient
-from ..errors import GpuwsError, UsageError
+from ..errors import AuthError, ConnectError, GpuwsError, HostKeyError, UsageError
 from ..gpu import evidence, gpus
 from ..live.uptime import lease as podlease
+from ..live.uptime import observed
 from ..protocol import Gpu, NsysPlan, Probe
+from ..sessions.store import Store
 from ..text import humanfmt
 from ..text.textsafe import text as safe
 from ..text.textsafe import visible
@@ -31,7 +33,16 @@ async def doctor(args: argparse.Namespace) -> int:
         raise UsageError("--install-nsys changes the pod and there is no terminal to ask on",
                          remedy="run it on a terminal, or add --yes to confirm in advance")
     t0 = time.monotonic()
-    client = await connect(args)
+    try:
+        client = await connect(args)
+    except (HostKeyError, AuthError):
+        raise
+    except ConnectError:
+        with Store() as store:  # a silence after the lease's deadline is its stop
+            said = observed.host_silent(store, args.host)
+        if said is not None:
+            print(f"gpuws: {said}", file=sys.stderr)
+        raise
     code = 0
     try:
         probe = await client.probe()
@@ -41,7 +52,10 @@ async def doctor(args: argparse.Namespace) -> int:
         report["nsys"]["plan"] = msgspec.to_builtins(plan)
         report["timings"]["nsys_plan_s"] = time.monotonic() - t1
         lease = await podlease.arm(client, args.host)
-        report["lease"] = dict(msgspec.to_builtins(lease), said=podlease.describe(lease))
+        with Store() as store:
+            learnt = observed.lease_seen(store, args.host, lease, time.time())
+        report["lease"] = dict(msgspec.to_builtins(lease), said=podlease.describe(lease),
+                               stops_recorded=learnt)
         if not args.json:
             render(report)
         if install:
@@ -49,6 +63,8 @@ async def doctor(args: argparse.Namespace) -> int:
             report["nsys"]["plan"] = msgspec.to_builtins(plan)
     finally:
         await client.close()
+        with Store() as store:
+            observed.contact(store, args.host, time.time())
     if args.json:
         print_json(report)
     return code
@@ -143,8 +159,11 @@ def render(r: dict[str, Any]) -> None:
     t.add_row("counters", Text.assemble((verdict, colour), " — ", safe(c["reason"])))
     tr = r["transport"]
     if r.get("lease"):
-        armed = r["lease"]["armed"]
-        t.add_row("lease", Text(visible(r["lease"]["said"]), "green" if armed else "yellow"))
+        armed, learnt = r["lease"]["armed"], r["lease"].get("stops_recorded", 0)
+        said = visible(r["lease"]["said"]) + (
+            f"\nthe lease stopped the pod {learnt} time(s) since gpuws last saw it: "
+            "recorded for the export's billed time" if learnt else "")
+        t.add_row("lease", Text(said, "green" if armed else "yellow"))
     t.add_row("transport", f"{tr['kind']}" + (", SFTP" if tr["sftp"] else ", no SFTP")
               + "".join(f"\n{visible(n)}" for n in tr["notes"]))
     ag = r["agent"]

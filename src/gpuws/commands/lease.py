@@ -14,7 +14,7 @@ from ..config import host_config, load_config
 from ..errors import AuthError, ConnectError, GpuwsError, HostKeyError, UsageError
 from ..live.engine import Engine
 from ..live.link import Target
-from ..live.uptime import power
+from ..live.uptime import observed, power
 from ..sessions.store import Store
 
 #: The error a failed start or stop raises (the core's; its name here for the faces).
@@ -24,6 +24,7 @@ LeaseError = power.PowerError
 async def start(args: argparse.Namespace) -> int:
     """Run the host's ``start``, then wait for SSH to answer (bounded by ``--wait``)."""
     argv = _argv(args.host, "start")
+    await _learn_from_silence(args)
     async with power.recorded(save, args.host, "start"):
         await power.start(_target(args), argv, wait_s=args.wait, timeout_s=args.timeout,
                           on_wait=_countdown(args.host))
@@ -47,6 +48,20 @@ async def save(host: str, action: str, started: float, ended: float, ok: bool,
     """:data:`power.Save` for the headless faces: the store, opened for the one row."""
     with Store() as store:
         store.add_host_action(host, action, started, ended, ok=ok, detail=detail)
+
+
+async def _learn_from_silence(args: argparse.Namespace) -> None:
+    """Before starting a host whose lease was armed when gpuws last saw it: a host that
+    does not answer after the lease's deadline was stopped by it (recorded, said). One
+    SSH try, and only then."""
+    with Store() as store:
+        armed = store.pod_lease(args.host) is not None
+    if not armed or await power.answers(_target(args)):
+        return
+    with Store() as store:
+        said = observed.host_silent(store, args.host)
+    if said is not None:
+        print(f"gpuws: {said}", file=sys.stderr)
 
 
 def _target(args: argparse.Namespace) -> Target:
@@ -74,6 +89,8 @@ async def _release_lease(args: argparse.Namespace) -> None:
         return
     try:
         await client.lease(release=True)
+        with Store() as store:
+            store.clear_pod_lease(args.host)
         print(f"{args.host}: its lease released", file=sys.stderr)
     except GpuwsError as exc:
         print(f"{args.host}: its lease could not be released ({exc.one_line()})",

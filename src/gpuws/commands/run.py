@@ -437,6 +437,9 @@ async def _follow(args: argparse.Namespace, engine: Engine, run_id: str) -> int:
     try:
         fin = await engine.wait_finished(run_id)
     except asyncio.CancelledError:
+        if engine.finished(run_id) is not None:
+            # Ctrl+C just after the run ended (its pull begun): nothing goes on to attach to.
+            raise
         console(stderr=True).print(Text(f"detached; the run goes on: gpuws attach "
                                         f"{visible(args.host)} {run_id}"))
         return 130

@@ -28,7 +28,15 @@ from typing import Any, Literal
 from .. import protocol
 from ..client import AgentClient
 from ..config import host_config, load_config
-from ..errors import ConnectError, GpuwsError, ProtocolError, StoreError, UsageError
+from ..errors import (
+    AuthError,
+    ConnectError,
+    GpuwsError,
+    HostKeyError,
+    ProtocolError,
+    StoreError,
+    UsageError,
+)
 from ..sessions.artifacts import Progress, PullResult, pull_run
 from ..sessions.cost import BUDGET_WARN_FRACTION, resolve_budget, resolve_rate
 from ..sessions.store import Store
@@ -185,8 +193,33 @@ class Engine:
         started_wall = self.now()
         self.start()
         await self._close_orphans()
-        client, probe = await dial(target, on_step, clock)
+        try:
+            client, probe = await dial(target, on_step, clock)
+        except (HostKeyError, AuthError):
+            raise  # it answered: no silence to learn from
+        except ConnectError as exc:
+            said = await self._heard_nothing(target.host)
+            if said is None:
+                raise
+            # One line still: what the silence means first, then the transport's words.
+            raise ConnectError(f"{said}; {exc.message}", title=exc.title,
+                               remedy=exc.remedy) from exc
         return await self.adopt(target, client, probe, started_wall)
+
+    async def _heard_nothing(self, host: str) -> str | None:
+        """The host does not answer: if its lease was due, that is the stop it made
+        (recorded); returns the sentence that says so."""
+        from .uptime.observed import host_silent
+
+        now = self.now()
+        return await self.store.call(lambda s: host_silent(s, host, now))
+
+    async def _last_contact(self, host: str) -> None:
+        """The laptop leaves ``host`` now: its lease's idle time counts from here."""
+        from .uptime.observed import contact
+
+        now = self.now()
+        await self.store.call(lambda s: contact(s, host, now))
 
     async def adopt(self, target: Target, client: AgentClient, probe: protocol.Probe,
                     started_wall: float | None = None) -> Link:
@@ -253,8 +286,16 @@ class Engine:
         """Arm the pod's lease where the host's config asks for one (issue 22); say so,
         or why it could not be."""
         from .uptime.lease import arm, describe
+        from .uptime.observed import lease_seen
 
-        self.pod_lease = await arm(client, host)
+        status = self.pod_lease = await arm(client, host)
+        now = self.now()
+        learnt = await self.store.call(lambda s: lease_seen(s, host, status, now))
+        if learnt:
+            self._notice("information", "lease",
+                         f"the pod's lease stopped {host} {learnt} time(s) since gpuws last "
+                         "saw it (recorded from its log; the export counts billed time to "
+                         "each stop)")
         if self.pod_lease.armed:
             self._notice("information", "lease", "pod lease: " + describe(self.pod_lease))
         elif host_config(load_config(), host).idle_stop_minutes is not None:
@@ -282,6 +323,8 @@ class Engine:
         link, self.link = self.link, None
         sid = self.session_id
         try:
+            if link is not None:
+                await self._last_contact(link.target.host)
             if sid is not None and self._lease is not None:
                 await self.store.call(lambda s: s.end_session(sid, ended=self.now()))
                 self._lease.release()
@@ -381,6 +424,10 @@ class Engine:
     async def list_runs(self) -> list[protocol.RunInfo]:
         """The runs the pod holds (their text is the pod's: show it through textsafe)."""
         return await self._require_link().client.list_runs()
+
+    def finished(self, run_id: str) -> protocol.RunFinished | None:
+        """The run's ``run_finished`` if it is stored already (no waiting)."""
+        return self._finished.get(run_id)
 
     async def wait_finished(self, run_id: str) -> protocol.RunFinished:
         """Wait until the run's ``run_finished`` is stored (through any reconnects).
@@ -511,6 +558,7 @@ class Engine:
     async def _recover(self, link: Link) -> None:
         """Reconnect with backoff after ``link`` died, and resume the runs it followed."""
         reason = _lost_reason(link.client)
+        await self._last_contact(link.target.host)
         policy = self.reconnect_policy
         if not policy.enabled or self.target is None:
             self._lose(ConnectError(f"the link to the pod dropped ({reason}); runs on the "

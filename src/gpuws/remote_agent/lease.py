@@ -39,6 +39,8 @@ STOP_TIMEOUT_S = 120.0
 #: What a lease's argv may be.
 MAX_ARGV = 64
 MAX_ARG_LEN = 4096
+#: How many of its stops ``status`` reports (protocol.MAX_LEASE_STOPS).
+MAX_STOPS = 8
 
 
 def lease_dir() -> str:
@@ -209,17 +211,39 @@ def read_log(limit: int = 50) -> List[Dict[str, Any]]:
     return out
 
 
+def stops(log: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The stops in ``log`` (oldest first, the last ``MAX_STOPS``): each ``stop`` entry
+    with how its command ended (``stopped``/``stop_failed`` after it; None when the log
+    ends first, as when the pod went down under the command)."""
+    out = []  # type: List[Dict[str, Any]]
+    for entry in log:
+        event, ts = entry.get("event"), entry.get("ts")
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+            continue
+        if event == "stop":
+            idle = entry.get("idle_for_s")
+            if isinstance(idle, bool) or not isinstance(idle, (int, float)) \
+                    or not math.isfinite(idle) or idle < 0:
+                idle = 0.0
+            out.append({"at": float(ts), "idle_for_s": float(idle), "ok": None,
+                        "ended_at": None})
+        elif event in ("stopped", "stop_failed") and out and out[-1]["ok"] is None:
+            out[-1]["ok"] = event == "stopped"
+            out[-1]["ended_at"] = max(float(ts), out[-1]["at"])
+    return out[-MAX_STOPS:]
+
+
 def status() -> Dict[str, Any]:
-    """The ``lease_status`` event's fields: armed or not, and until when."""
+    """The ``lease_status`` event's fields: armed or not, until when, and its last stops."""
     settings = _settings()
     alive = _held(_path("lock"))
     conns, active = connections(), running_runs()
-    last = read_log(1)
+    log = read_log(200)
     out = {"armed": bool(settings) and alive,
            "idle_s": settings["idle_s"] if settings else None,
            "deadline_ts": None, "connections": conns, "runs": active,
-           "last_event": str(last[-1].get("event")) if last else None,
-           "reason": None}  # type: Dict[str, Any]
+           "last_event": str(log[-1].get("event")) if log else None,
+           "reason": None, "now_ts": time.time(), "stops": stops(log)}  # type: Dict[str, Any]
     if settings is None:
         out["reason"] = "no lease: gpuws has not armed one on this pod, or it was released"
     elif not alive:

@@ -36,7 +36,14 @@ from gpuws.sessions.compare import (
 )
 from gpuws.sessions.cost import Economics, economics
 from gpuws.sessions.fleet import cells, columns, failure_lines, fleet_comparison, notes
-from gpuws.sessions.store import ArtifactRow, KernelMetricsRow, RunRow, SessionRow, Store
+from gpuws.sessions.store import (
+    ArtifactRow,
+    HostActionRow,
+    KernelMetricsRow,
+    RunRow,
+    SessionRow,
+    Store,
+)
 from gpuws.text.textsafe import md_code, md_code_block, md_text, visible_lines
 from gpuws.workspace.code import CodeRecord
 
@@ -731,8 +738,9 @@ def _economics(e: Economics) -> list[str]:
 
 def _billed(store: Store, session: SessionRow, e: Economics) -> list[str]:
     """What the provider bills (issue 22, point 4): from the start gpuws performed before
-    this session to the stop it performed after, beside the connected time, the rest named
-    as billed with nobody connected. Nothing when gpuws neither started nor stopped it."""
+    this session to the stop after it (gpuws's, the pod's lease's from its log, or the one
+    the host's silence after the lease's deadline implies), beside the connected time, the
+    rest named as billed with nobody connected. Nothing when no start or stop is known."""
     actions = [a for a in store.host_actions(session.host) if a.ok]
     end = session.ended if session.ended is not None else time.time()
     start = next((a for a in reversed(actions)
@@ -746,19 +754,38 @@ def _billed(store: Store, session: SessionRow, e: Economics) -> list[str]:
         return []
     rate = e.rate_usd_per_hour
     if start is not None and stop is not None:
-        billed = stop.ended - start.started
+        billed = stop.started - start.started if stop.by == "estimated" else \
+            stop.ended - start.started
         idle = max(0.0, billed - e.connected_s)
         cost = f" at {_usd(rate)}/hour: {_usd(billed * rate / 3600.0)}" if rate else ""
-        return ["", f"Billed time: {_dur(billed)}{cost}, from the start gpuws performed "
-                    f"({_when(start.started)}) to its stop ({_when(stop.ended)}); connected "
-                    f"{_dur(e.connected_s)} of it, so {_dur(idle)} was billed with nobody "
-                    "connected."]
+        line = (f"Billed time: {'at least ' if stop.by == 'estimated' else ''}{_dur(billed)}"
+                f"{cost}, from the start gpuws performed ({_when(start.started)}) to "
+                f"{_stop_words(stop)}; connected {_dur(e.connected_s)} of it, so "
+                f"{_dur(idle)} was billed with nobody connected.")
+        if stop.by == "estimated":
+            most = stop.ended - start.started
+            most_cost = f", {_usd(most * rate / 3600.0)}" if rate else ""
+            line += (f" At most {_dur(most)}{most_cost}: the host was found stopped at "
+                     f"{_when(stop.ended)}.")
+        return ["", line]
     if start is not None:
         return ["", f"The pod was started by gpuws at {_when(start.started)} and no stop was "
                     f"recorded after this session (ended {_when(end)}): it may still bill."]
     assert stop is not None
-    return ["", f"Stopped by gpuws at {_when(stop.ended)}; its start was not gpuws's, so the "
-                "billed time before the session is not known here."]
+    return ["", f"Stopped: {_stop_words(stop)}; its start was not gpuws's, so the billed "
+                "time before the session is not known here."]
+
+
+def _stop_words(stop: HostActionRow) -> str:
+    """Who stopped the pod, and when, as a clause."""
+    if stop.by == "lease":
+        return (f"the stop its lease performed ({_when(stop.started)}, from the pod's lease "
+                "log, after the idle time with nobody there)")
+    if stop.by == "estimated":
+        return (f"the earliest its lease could stop it ({_when(stop.started)}: the lease's "
+                "idle time after the last contact; the host no longer answered at "
+                f"{_when(stop.ended)})")
+    return f"gpuws's stop ({_when(stop.ended)})"
 
 
 # ----------------------------------------------------------------------------- markdown

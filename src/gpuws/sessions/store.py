@@ -140,7 +140,14 @@ class HostActionRow(msgspec.Struct, frozen=True, kw_only=True):
     provider bills runs from a start to a stop, whoever was connected.
 
     ``ok`` says whether it had its effect (a start the host answered after, a stop it
-    stopped answering after); ``detail`` is the failure's line otherwise.
+    stopped answering after); ``detail`` is the failure's line otherwise, or how a stop
+    gpuws did not perform was learnt.
+
+    ``by`` says who acted: ``gpuws`` (``gpuws start/stop``, ``--start``, a budget), ``lease``
+    (the pod's lease stopped it; the times are its log's, on the laptop's clock), or
+    ``estimated`` (the host no longer answered after its lease's deadline and the log was
+    not read back: ``started`` is the earliest the lease could fire, ``ended`` when the
+    host was found not answering).
     """
 
     id: int
@@ -150,6 +157,16 @@ class HostActionRow(msgspec.Struct, frozen=True, kw_only=True):
     ended: float
     ok: bool
     detail: str
+    by: str = "gpuws"
+
+
+class PodLeaseRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A pod's lease as the laptop last saw it armed: stops after ``idle_s`` with nobody
+    there, counted from ``last_contact`` at the earliest."""
+
+    host: str
+    idle_s: float
+    last_contact: float
 
 
 # ----------------------------------------------------------------------------- schema
@@ -318,10 +335,37 @@ def _migration_4(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX host_actions_by_host ON host_actions(host, started)")
 
 
+def _migration_5(conn: sqlite3.Connection) -> None:
+    """Stops gpuws did not perform but learnt of (issue 22, point 4): who acted, and the
+    pod's lease as last seen armed, for the stop a host's silence implies."""
+    conn.execute("""CREATE TABLE host_actions_5(
+        id INTEGER PRIMARY KEY,
+        host TEXT NOT NULL,
+        action TEXT NOT NULL CHECK (action IN ('start', 'stop')),
+        started REAL NOT NULL,
+        ended REAL NOT NULL,
+        ok INTEGER NOT NULL,
+        detail TEXT NOT NULL,
+        by TEXT NOT NULL DEFAULT 'gpuws' CHECK (by IN ('gpuws', 'lease', 'estimated')))""")
+    conn.execute("INSERT INTO host_actions_5(id, host, action, started, ended, ok, detail)"
+                 " SELECT id, host, action, started, ended, ok, detail FROM host_actions")
+    conn.execute("DROP TABLE host_actions")
+    conn.execute("ALTER TABLE host_actions_5 RENAME TO host_actions")
+    conn.execute("CREATE INDEX host_actions_by_host ON host_actions(host, started)")
+    conn.execute("""CREATE TABLE pod_leases(
+        host TEXT PRIMARY KEY,
+        idle_s REAL NOT NULL,
+        last_contact REAL NOT NULL)""")
+
+
 #: Ordered migrations; version N is reached by running the first N. Add one by appending.
 _MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migration_1, _migration_2,
-                                                           _migration_3, _migration_4]
+                                                           _migration_3, _migration_4,
+                                                           _migration_5]
 SCHEMA_VERSION = len(_MIGRATIONS)
+#: Two stops of one host this close are one: the pod's log read back twice, converted to the
+#: laptop's clock by two slightly different offsets (the request's round trip).
+LEASE_STOP_SLACK_S = 5.0
 
 _TAGS: dict[type, str] = {cls: str(cls.__struct_config__.tag) for cls in get_args(protocol.Events)}
 _samples_decoder = msgspec.json.Decoder(protocol.Samples)
@@ -808,28 +852,76 @@ class Store:
 
     # ------------------------------------------------------------------------- host actions
     def add_host_action(self, host: str, action: str, started: float, ended: float, *,
-                        ok: bool, detail: str = "") -> int:
-        """Record a start or stop gpuws performed on ``host`` and return its id."""
+                        ok: bool, detail: str = "", by: str = "gpuws") -> int:
+        """Record a start or stop of ``host`` (by gpuws, unless ``by`` says it was learnt)
+        and return its id."""
         if action not in ("start", "stop"):
             raise StoreError(f"unknown host action {action!r} (start or stop)")
+        if by not in ("gpuws", "lease", "estimated"):
+            raise StoreError(f"unknown actor {by!r} (gpuws, lease or estimated)")
         if ended < started:
             raise StoreError(f"{action} of {host} ends ({ended}) before it starts ({started})")
         with self._transaction() as cur:
-            cur.execute("INSERT INTO host_actions(host, action, started, ended, ok, detail)"
-                        " VALUES (?, ?, ?, ?, ?, ?)",
-                        (host, action, started, ended, int(ok), detail))
+            cur.execute("INSERT INTO host_actions(host, action, started, ended, ok, detail, by)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (host, action, started, ended, int(ok), detail, by))
             return int(cur.lastrowid or 0)
 
     def host_actions(self, host: str | None = None) -> list[HostActionRow]:
-        """The starts and stops performed (on ``host``, or on every host), oldest first."""
-        sql = "SELECT id, host, action, started, ended, ok, detail FROM host_actions"
+        """The starts and stops recorded (on ``host``, or on every host), oldest first."""
+        sql = "SELECT id, host, action, started, ended, ok, detail, by FROM host_actions"
         params: tuple[str, ...] = ()
         if host is not None:
             sql += " WHERE host = ?"
             params = (host,)
         rows = self._conn.execute(sql + " ORDER BY started, id", params)
         return [HostActionRow(id=i, host=h, action=a, started=st, ended=e, ok=bool(k),
-                              detail=d) for i, h, a, st, e, k, d in rows]
+                              detail=d, by=b) for i, h, a, st, e, k, d, b in rows]
+
+    def add_lease_stop(self, host: str, started: float, ended: float, *, ok: bool,
+                       detail: str) -> bool:
+        """Record a stop the pod's lease logged, once: one already recorded within
+        ``LEASE_STOP_SLACK_S`` is the same stop. An estimate it settles (its window holds
+        this stop) is replaced. Returns whether it was new."""
+        slack = LEASE_STOP_SLACK_S
+        with self._transaction() as cur:
+            if cur.execute("SELECT 1 FROM host_actions WHERE host = ? AND by = 'lease' AND"
+                           " ABS(started - ?) <= ?", (host, started, slack)).fetchone():
+                return False
+            if ok:
+                cur.execute("DELETE FROM host_actions WHERE host = ? AND by = 'estimated' AND"
+                            " started - ? <= ? AND ? <= ended + ?",
+                            (host, slack, started, started, slack))
+            cur.execute("INSERT INTO host_actions(host, action, started, ended, ok, detail, by)"
+                        " VALUES (?, 'stop', ?, ?, ?, ?, 'lease')",
+                        (host, started, max(started, ended), int(ok), detail))
+            return True
+
+    def set_pod_lease(self, host: str, idle_s: float, last_contact: float) -> None:
+        """The host's lease was seen armed at ``last_contact`` (a later contact moves it)."""
+        with self._transaction() as cur:
+            cur.execute("INSERT INTO pod_leases(host, idle_s, last_contact) VALUES (?, ?, ?)"
+                        " ON CONFLICT(host) DO UPDATE SET idle_s = excluded.idle_s,"
+                        " last_contact = MAX(last_contact, excluded.last_contact)",
+                        (host, idle_s, last_contact))
+
+    def touch_pod_lease(self, host: str, last_contact: float) -> None:
+        """A later contact with the host (a disconnect, a lost link), if its lease is armed."""
+        with self._transaction() as cur:
+            cur.execute("UPDATE pod_leases SET last_contact = MAX(last_contact, ?)"
+                        " WHERE host = ?", (last_contact, host))
+
+    def clear_pod_lease(self, host: str) -> None:
+        """The host's lease is no longer armed (released, fired, or seen unarmed)."""
+        with self._transaction() as cur:
+            cur.execute("DELETE FROM pod_leases WHERE host = ?", (host,))
+
+    def pod_lease(self, host: str) -> PodLeaseRow | None:
+        """The host's lease as last seen armed, if it was."""
+        row = self._conn.execute("SELECT host, idle_s, last_contact FROM pod_leases"
+                                 " WHERE host = ?", (host,)).fetchone()
+        return None if row is None else PodLeaseRow(host=row[0], idle_s=row[1],
+                                                    last_contact=row[2])
 
     # ------------------------------------------------------------------------- fleets
     def open_fleet(self, spec: protocol.RunSpec, pods: list[str],

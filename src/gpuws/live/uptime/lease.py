@@ -16,27 +16,31 @@ from ...client import AgentClient
 from ...config import host_config, load_config
 from ...errors import GpuwsError
 from ...text.textsafe import visible
+from .observed import to_laptop_clock
 from .power import clock
 
 
 async def arm(client: AgentClient, host: str) -> protocol.LeaseStatus:
     """Arm (or renew) the pod's lease as the host's config says, or read it; never raises:
-    a lease that cannot be armed comes back unarmed with its reason."""
+    a lease that cannot be armed comes back unarmed with its reason. Its times come back
+    on the laptop's clock (:func:`observed.to_laptop_clock`)."""
     cfg = host_config(load_config(), host)
     try:
         if cfg.idle_stop_minutes is None:
-            return await client.lease()
-        if not cfg.stop_on_pod:
+            status = await client.lease()
+        elif not cfg.stop_on_pod:
             return protocol.LeaseStatus(
                 armed=False, reason=f"idle_stop_minutes is set for {host} but stop_on_pod is "
                                     f"not: nothing could stop the pod; add stop_on_pod = "
                                     f"[\"…\"] under [hosts.{host}]")
-        return await client.lease(idle_s=float(cfg.idle_stop_minutes) * 60.0,
-                                  stop_argv=list(cfg.stop_on_pod),
-                                  stop_running=cfg.may_stop_running)
+        else:
+            status = await client.lease(idle_s=float(cfg.idle_stop_minutes) * 60.0,
+                                        stop_argv=list(cfg.stop_on_pod),
+                                        stop_running=cfg.may_stop_running)
     except GpuwsError as exc:
         return protocol.LeaseStatus(armed=False,
                                     reason=f"the lease could not be installed: {exc.one_line()}")
+    return to_laptop_clock(status, time.time())
 
 
 def describe(status: protocol.LeaseStatus, now: float | None = None) -> str:
