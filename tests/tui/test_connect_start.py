@@ -126,6 +126,28 @@ async def test_a_stopped_pod_is_started_with_a_countdown_then_connected(
     assert [(r.action, r.ok) for r in rows] == [("start", True)]
 
 
+async def test_a_started_pod_whose_key_is_unknown_asks_for_it(
+        pod: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pod answers the wait and refuses (its key is in no known_hosts): it started, and
+    connecting again asks about the key, as it would have without the start."""
+    carried = carried_sshd()
+    env = " ".join(f"{k}={v}" for k, v in (carried_env(carried) if carried else {}).items())
+    _config(tmp_path, monkeypatch, _script(
+        tmp_path / "start.sh", f"exec env {env} {find_sshd()} -f {pod.root / 'sshd_config'}\n"))
+    config = pod.client_files(tmp_path / "ssh", known=False)
+    app = GpuwsApp(StartConnect(Target("pod", ssh_config=str(config))))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: _failed(app))
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, ConnectingScreen)
+                    and app.screen.state == "host_key")
+        assert (tmp_path / "ssh" / "known_hosts").read_text() == ""
+        await app.shutdown()
+    with Store() as store:
+        rows = store.host_actions("pod")
+    assert [(r.action, r.ok) for r in rows] == [("start", True)]
+
+
 async def test_a_failing_start_command_is_shown_with_retry_and_back(
         pod: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _config(tmp_path, monkeypatch, _script(
