@@ -115,6 +115,28 @@ def test_connecting_failure_shows_cause_and_remedy(snap_compare: SnapCompare) ->
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
 
 
+def test_connecting_offers_to_start_a_stopped_host(
+        snap_compare: SnapCompare, snapshot_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host that refuses connections and has a `start` command: Start pod offered.
+
+    Port 1 on loopback is closed (nothing listens on tcpmux), so the failure is always
+    the same refused connection; the start command is never run here.
+    """
+    snapshot_home.mkdir(parents=True)
+    ssh_config = snapshot_home.parent / "ssh_config"
+    ssh_config.write_text("Host pod\n  HostName 127.0.0.1\n  Port 1\n  User gpuws\n")
+    config = snapshot_home.parent / "config.toml"
+    config.write_text('[hosts.pod]\nstart = ["podctl", "start", "--pod", "abc 123"]\n')
+    monkeypatch.setenv("GPUWS_CONFIG", str(config))
+    app = app_on(StartConnect(Target("pod", ssh_config=str(ssh_config))))
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await until(pilot, lambda: isinstance(pilot.app.screen, ConnectingScreen)
+                    and pilot.app.screen.state == "failed")
+
+    assert snap_compare(app, terminal_size=(80, 28), run_before=run_before)
+
+
 def test_dashboard_h200(snap_compare: SnapCompare, snapshot_home: Path) -> None:
     """The H200 pod at 80×24: ncu 2025.3.1 fits, counters allowed, telemetry, cost."""
     probe = h200_probe()

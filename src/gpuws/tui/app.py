@@ -328,6 +328,14 @@ class GpuwsApp(App[int]):
         self._work(workers.connect(self, target, screen), "connect",
                    f"connect to {target.host}", exclusive=True)
 
+    def start_host(self, target: Target, argv: list[str], screen: ConnectingScreen) -> None:
+        """Start a host that does not answer with its ``start`` command, then wait for SSH
+        (the countdown goes to ``screen``). A connection attempt like any other: the
+        "connect" group, so :meth:`cancel_connect` stops it and a failure reaches the
+        screen's failure panel."""
+        self._work(workers.start_host(self, target, argv, screen), "connect",
+                   f"start {target.host}", exclusive=True)
+
     def cancel_connect(self) -> None:
         """Stop a connection attempt in progress."""
         self.workers.cancel_group(self, "connect")

@@ -43,6 +43,23 @@ class StepChanged(Message, bubble=False):
         super().__init__()
 
 
+class StartWaiting(Message, bubble=False):
+    """The host's ``start`` command ran; SSH is tried until it answers, ``seconds_left``
+    at most (a gauge: a newer reading replaces a pending one)."""
+
+    def __init__(self, what: str, seconds_left: float) -> None:
+        self.what = what
+        self.seconds_left = seconds_left
+        super().__init__()
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, StartWaiting)
+
+
+class HostStarted(Message, bubble=False):
+    """The host answers SSH after its ``start`` command: connect again (discrete)."""
+
+
 class LinkUp(Message, bubble=False):
     """The pod is connected, probed, and its session is open."""
 

@@ -18,9 +18,10 @@ from rich.text import Text
 from textual.screen import Screen
 
 from .. import protocol
-from ..errors import GpuwsError, StoreError, UsageError
+from ..errors import AuthError, GpuwsError, HostKeyError, StoreError, UsageError
 from ..live.link import Link, Target
 from ..live.replay import MAX_RUNS, RecordingFile, play, read_session, stream
+from ..live.uptime import power
 from ..locations import ensure_private_dir
 from ..sessions.cost import economics as session_economics
 from ..sessions.export import export_session
@@ -33,6 +34,7 @@ from .messages import (
     Backfill,
     Exported,
     HomeData,
+    HostStarted,
     LinkUp,
     NcuPlanReady,
     NsysPlanReady,
@@ -40,6 +42,7 @@ from .messages import (
     PullProgress,
     ResultsData,
     SessionsData,
+    StartWaiting,
     StepChanged,
     WatchIterationDone,
     WatchStatusChanged,
@@ -65,6 +68,28 @@ async def connect(app: GpuwsApp, target: Target, screen: ConnectingScreen) -> No
 
     link = await app.engine.connect(target, on_step, app.step_clock)
     app.post_message(LinkUp(link))
+
+
+async def start_host(app: GpuwsApp, target: Target, argv: list[str],
+                     screen: ConnectingScreen) -> None:
+    """Run the host's ``start`` command and wait for SSH to answer (the countdown goes to
+    ``screen``), recorded for the billed time; then the screen connects again.
+
+    Cancelled (the screen's Back), the core kills the provider's tool.
+    """
+
+    def on_wait(what: str, seconds_left: float) -> None:
+        screen.post_message(StartWaiting(what, seconds_left))
+
+    async with power.recorded(app.engine.save_host_action, target.host, "start"):
+        try:
+            await power.start(target, argv, on_wait=on_wait)
+        except (HostKeyError, AuthError):
+            # It answers, and refuses: the start worked; connecting again shows the person
+            # why (the host-key question, or the login's error), never a failed start.
+            pass
+    app.notify(f"{target.host} started by its `start` command", timeout=8, markup=False)
+    screen.post_message(HostStarted())
 
 
 async def after_connect(app: GpuwsApp, link: Link) -> None:
