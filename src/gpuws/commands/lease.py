@@ -26,9 +26,10 @@ async def start(args: argparse.Namespace) -> int:
     argv = _argv(args.host, "start")
     await _learn_from_silence(args)
     async with power.recorded(save, args.host, "start"):
-        await power.start(_target(args), argv, wait_s=args.wait, timeout_s=args.timeout,
-                          on_wait=_countdown(args.host))
-    print(f"{args.host} answers", file=sys.stderr)
+        refused = await power.start(_target(args), argv, wait_s=args.wait,
+                                    timeout_s=args.timeout, on_wait=_countdown(args.host))
+    print(f"{args.host} answers" + (f", and refuses this laptop: {refused.one_line()}"
+                                    if refused else ""), file=sys.stderr)
     return 0
 
 

@@ -18,7 +18,7 @@ from rich.text import Text
 from textual.screen import Screen
 
 from .. import protocol
-from ..errors import AuthError, GpuwsError, HostKeyError, StoreError, UsageError
+from ..errors import GpuwsError, StoreError, UsageError
 from ..live.link import Link, Target
 from ..live.replay import MAX_RUNS, RecordingFile, play, read_session, stream
 from ..live.uptime import power
@@ -82,12 +82,9 @@ async def start_host(app: GpuwsApp, target: Target, argv: list[str],
         screen.post_message(StartWaiting(what, seconds_left))
 
     async with power.recorded(app.engine.save_host_action, target.host, "start"):
-        try:
-            await power.start(target, argv, on_wait=on_wait)
-        except (HostKeyError, AuthError):
-            # It answers, and refuses: the start worked; connecting again shows the person
-            # why (the host-key question, or the login's error), never a failed start.
-            pass
+        # A host that answers and refuses comes back as the refusal: the start worked, and
+        # connecting again shows the person why (the host-key question, the login's error).
+        await power.start(target, argv, on_wait=on_wait)
     app.notify(f"{target.host} started by its `start` command", timeout=8, markup=False)
     screen.post_message(HostStarted())
 

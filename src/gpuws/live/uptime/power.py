@@ -53,6 +53,12 @@ async def recorded(save: Save, host: str, action: str) -> AsyncIterator[None]:
     except GpuwsError as exc:
         await save(host, action, started, time.time(), False, exc.one_line())
         raise
+    except asyncio.CancelledError:
+        # Stopped by the person (Ctrl+C, the TUI's Back): the tool was killed, but what it
+        # had begun may bill; recorded as not done, then the cancellation goes on.
+        await asyncio.shield(save(host, action, started, time.time(), False,
+                                  f"{action} cancelled before it finished"))
+        raise
     await save(host, action, started, time.time(), True, "")
 
 
@@ -122,14 +128,23 @@ async def wait_for(target: Target, *, answering: bool, wait_s: float,
 
 
 async def start(target: Target, argv: Sequence[str], *, wait_s: float = WAIT_S,
-                timeout_s: float = START_TIMEOUT_S, on_wait: OnWait) -> None:
-    """Run the host's ``start``, then wait for SSH to answer, at most ``wait_s``."""
+                timeout_s: float = START_TIMEOUT_S, on_wait: OnWait) -> ConnectError | None:
+    """Run the host's ``start``, then wait for SSH to answer, at most ``wait_s``.
+
+    Returns: None, or the refusal of a host that answered and refused this laptop (an
+    unknown key, a login): the start worked, and the connection after it says why.
+    """
     await run_command(argv, "start", target.host, timeout_s=timeout_s)
-    if not await wait_for(target, answering=True, wait_s=wait_s, on_wait=on_wait):
+    try:
+        answered = await wait_for(target, answering=True, wait_s=wait_s, on_wait=on_wait)
+    except (HostKeyError, AuthError) as exc:
+        return exc
+    if not answered:
         raise PowerError(f"{target.host} did not answer SSH within {wait_s:g} s of "
                          f"`{argv[0]}` starting it",
                          remedy=f"check the pod in the provider's console, or wait longer "
                                 f"with `gpuws start {target.host} --wait SECONDS`")
+    return None
 
 
 async def stop(target: Target, argv: Sequence[str], *, wait_s: float = WAIT_S,
