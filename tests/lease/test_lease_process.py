@@ -166,7 +166,7 @@ CONFIGURE = textwrap.dedent("""\
     start = float(sys.argv[2])
     while time.time() < start:  # both serves ask at the same instant
         time.sleep(0.0005)
-    print(json.dumps(lease.configure(60.0, ["true"], False)))
+    print(json.dumps(lease.configure(10.0, ["true"], False)))  # a look every 0.5 s
     """)
 
 
