@@ -10,7 +10,7 @@ time in a row:
 - no laptop is connected: every ``serve`` holds an exclusive ``flock`` on its own
   ``lease/conn/PID`` for as long as it lives, which the kernel drops however it ends
   (``kill -9``, a lost link that sshd closes);
-- no run is going (unless ``stop_running``): the runs' own status (``runs.list_runs``);
+- no run is going (unless ``stop_running``): the runs' own status (``runs.running_ids``);
 - no laptop renewed the lease: every request a serve answers touches ``lease/renewed``.
 
 What it did goes to ``lease/log`` as JSON lines (``armed``, ``stop``, ``stopped``,
@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from . import runs
 
@@ -77,7 +77,7 @@ def configure(idle_s: Any, stop_argv: Any, stop_running: Any) -> Dict[str, Any]:
     settings = check_settings(idle_s, stop_argv, stop_running)
     runs.ensure_private_dir(runs.cache_root())
     runs.ensure_private_dir(lease_dir())
-    tmp = _path("settings.json.tmp")
+    tmp = _path("settings.json.tmp.%d" % os.getpid())  # two serves may arm at once
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         json.dump(settings, f)
     os.replace(tmp, _path("settings.json"))
@@ -160,8 +160,10 @@ def connections() -> int:
     return n
 
 
-def running_runs() -> int:
-    return sum(1 for r in runs.list_runs() if r.get("status") == "running")
+def running_runs(ended: Optional[Set[str]] = None) -> int:
+    """Runs going now (``runs.running_ids``: the lease's looks must stay cheap on a pod of
+    thousands of runs); ``ended`` carries the runs known to have ended from look to look."""
+    return len(runs.running_ids(ended))
 
 
 def _settings() -> Optional[Dict[str, Any]]:
@@ -272,12 +274,13 @@ def main() -> int:
     except OSError:
         return 0  # another lease process runs
     busy_until = time.time()
+    ended = set()  # type: Set[str]
     while True:
         settings = _settings()
         if settings is None:
             return 0  # released
         now = time.time()
-        conns, active = connections(), running_runs()
+        conns, active = connections(), running_runs(ended)
         if conns or (active and not settings["stop_running"]):
             busy_until = now
         since = max(busy_until, _mtime(_path("renewed")))
