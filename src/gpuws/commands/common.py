@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..client import AgentClient
 from ..errors import UsageError
+from ..live.link import Target
 from ..text.textsafe import visible_lines
 from ..transport import Transport, make_transport
 
@@ -39,6 +40,13 @@ def transport_for(args: argparse.Namespace) -> Transport:
     return make_transport(args.host, config_file=args.ssh_config, port=args.port,
                           user=args.user, accept_new=args.accept_new,
                           pty=True if getattr(args, "pty", False) else None)
+
+
+def target_of(args: argparse.Namespace) -> Target:
+    """Where to connect, from the connection arguments every pod command shares."""
+    return Target(args.host, ssh_config=args.ssh_config, port=args.port, user=args.user,
+                  python=args.python, rate=getattr(args, "rate", None),
+                  accept_new=args.accept_new, pty=True if getattr(args, "pty", False) else None)
 
 
 async def connect(args: argparse.Namespace, transport: Transport | None = None) -> AgentClient:

@@ -48,8 +48,8 @@ from ..sessions.store import FleetRow, Store
 from ..text import humanfmt
 from ..text.textsafe import json_visible, visible
 from ..text.textsafe import text as safe
-from .common import check_output, console, print_json, write_report
-from .run import build_spec, target_of
+from .common import check_output, console, print_json, target_of, write_report
+from .run import build_spec
 
 #: The exit status when one or more pods of a fleet gave no result (README, cli.EXIT_CODES).
 FLEET_FAILED_EXIT = 12

@@ -16,9 +16,7 @@ from ..live.engine import Engine
 from ..live.link import Target
 from ..live.uptime import observed, power
 from ..sessions.store import Store
-
-#: The error a failed start or stop raises (the core's; its name here for the faces).
-LeaseError = power.PowerError
+from .common import connect, target_of
 
 
 async def start(args: argparse.Namespace) -> int:
@@ -26,7 +24,7 @@ async def start(args: argparse.Namespace) -> int:
     argv = _argv(args.host, "start")
     await _learn_from_silence(args)
     async with power.recorded(save, args.host, "start"):
-        refused = await power.start(_target(args), argv, wait_s=args.wait,
+        refused = await power.start(target_of(args), argv, wait_s=args.wait,
                                     timeout_s=args.timeout, on_wait=_countdown(args.host))
     print(f"{args.host} answers" + (f", and refuses this laptop: {refused.one_line()}"
                                     if refused else ""), file=sys.stderr)
@@ -38,7 +36,7 @@ async def stop(args: argparse.Namespace) -> int:
     argv = _argv(args.host, "stop")
     async with power.recorded(save, args.host, "stop"):
         await _release_lease(args)
-        await power.stop(_target(args), argv, wait_s=args.wait, timeout_s=args.timeout,
+        await power.stop(target_of(args), argv, wait_s=args.wait, timeout_s=args.timeout,
                          on_wait=_countdown(args.host))
     print(f"{args.host} no longer answers", file=sys.stderr)
     return 0
@@ -57,17 +55,12 @@ async def _learn_from_silence(args: argparse.Namespace) -> None:
     SSH try, and only then."""
     with Store() as store:
         armed = store.pod_lease(args.host) is not None
-    if not armed or await power.answers(_target(args)):
+    if not armed or await power.answers(target_of(args)):
         return
     with Store() as store:
         said = observed.host_silent(store, args.host)
     if said is not None:
         print(f"gpuws: {said}", file=sys.stderr)
-
-
-def _target(args: argparse.Namespace) -> Target:
-    return Target(args.host, ssh_config=args.ssh_config, port=args.port, user=args.user,
-                  accept_new=args.accept_new)
 
 
 def _countdown(host: str) -> power.OnWait:
@@ -80,10 +73,8 @@ async def _release_lease(args: argparse.Namespace) -> None:
     """Release the pod's lease first, where the pod answers: stopped by the laptop, it
     must not be stopped again (or at all, if the stop command turns out to do nothing)
     by a lease still armed. A pod that does not answer has no lease to release."""
-    if not await power.answers(_target(args)):
+    if not await power.answers(target_of(args)):
         return
-    from .common import connect
-
     try:
         client = await asyncio.wait_for(connect(args), 60)
     except (TimeoutError, GpuwsError):

@@ -26,7 +26,6 @@ from ..live import verdicts
 from ..live.boundary import SeqGate
 from ..live.engine import Engine, Notice
 from ..live.feed import Batch
-from ..live.link import Target
 from ..live.model import LineJoiner, LogLine
 from ..live.storeio import StoreHandle
 from ..sessions.compare import compare_runs, regression_gate, render_comparison
@@ -34,7 +33,7 @@ from ..sessions.store import Store
 from ..text import humanfmt
 from ..text.textsafe import json_visible, visible
 from ..text.textsafe import text as safe
-from .common import connect, console, print_json
+from .common import connect, console, print_json, target_of
 from .lease import connect_starting
 from .sync import sync_line
 
@@ -356,13 +355,6 @@ def metrics_table(ev: protocol.KernelMetrics) -> Table:
         t.caption = "top stalls: " + ", ".join(f"{visible(s.reason, 60)} {humanfmt.pct(s.pct, 0)}"
                                                for s in ev.stalls[:4])
     return t
-
-
-def target_of(args: argparse.Namespace) -> Target:
-    """Where to connect, from the connection arguments every pod command shares."""
-    return Target(args.host, ssh_config=args.ssh_config, port=args.port, user=args.user,
-                  python=args.python, rate=getattr(args, "rate", None),
-                  accept_new=args.accept_new, pty=True if getattr(args, "pty", False) else None)
 
 
 def make_engine(args: argparse.Namespace, printer: Printer) -> Engine:

@@ -34,9 +34,9 @@ from ..sessions.compare import change_text, verdict_word
 from ..sessions.store import Store
 from ..text import humanfmt
 from ..text.textsafe import visible
-from .common import console
+from .common import console, target_of
 from .lease import connect_starting
-from .run import Printer, build_spec, make_engine, target_of
+from .run import Printer, build_spec, make_engine
 
 __all__ = ["Iteration", "change_text", "line", "summary", "verdict_word", "watch",
            "watch_spec", "watched_paths"]

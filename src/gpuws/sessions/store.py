@@ -162,7 +162,8 @@ class HostActionRow(msgspec.Struct, frozen=True, kw_only=True):
 
 class PodLeaseRow(msgspec.Struct, frozen=True, kw_only=True):
     """A pod's lease as the laptop last saw it armed: stops after ``idle_s`` with nobody
-    there, counted from ``last_contact`` at the earliest."""
+    there, counted from ``last_contact`` (the laptop's last known contact) at the
+    earliest."""
 
     host: str
     idle_s: float
@@ -336,22 +337,11 @@ def _migration_4(conn: sqlite3.Connection) -> None:
 
 
 def _migration_5(conn: sqlite3.Connection) -> None:
-    """Stops gpuws did not perform but learnt of (issue 22, point 4): who acted, and the
-    pod's lease as last seen armed, for the stop a host's silence implies."""
-    conn.execute("""CREATE TABLE host_actions_5(
-        id INTEGER PRIMARY KEY,
-        host TEXT NOT NULL,
-        action TEXT NOT NULL CHECK (action IN ('start', 'stop')),
-        started REAL NOT NULL,
-        ended REAL NOT NULL,
-        ok INTEGER NOT NULL,
-        detail TEXT NOT NULL,
-        by TEXT NOT NULL DEFAULT 'gpuws' CHECK (by IN ('gpuws', 'lease', 'estimated')))""")
-    conn.execute("INSERT INTO host_actions_5(id, host, action, started, ended, ok, detail)"
-                 " SELECT id, host, action, started, ended, ok, detail FROM host_actions")
-    conn.execute("DROP TABLE host_actions")
-    conn.execute("ALTER TABLE host_actions_5 RENAME TO host_actions")
-    conn.execute("CREATE INDEX host_actions_by_host ON host_actions(host, started)")
+    """Stops gpuws did not perform but learnt of (issue 22, point 4): who acted (the rows
+    before it are gpuws's own), and the pod's lease as last seen armed, for the stop a
+    host's silence implies."""
+    conn.execute("ALTER TABLE host_actions ADD COLUMN by TEXT NOT NULL DEFAULT 'gpuws'"
+                 " CHECK (by IN ('gpuws', 'lease', 'estimated'))")
     conn.execute("""CREATE TABLE pod_leases(
         host TEXT PRIMARY KEY,
         idle_s REAL NOT NULL,
@@ -917,9 +907,13 @@ class Store:
             cur.execute("DELETE FROM pod_leases WHERE host = ?", (host,))
 
     def pod_lease(self, host: str) -> PodLeaseRow | None:
-        """The host's lease as last seen armed, if it was."""
-        row = self._conn.execute("SELECT host, idle_s, last_contact FROM pod_leases"
-                                 " WHERE host = ?", (host,)).fetchone()
+        """The host's lease as last seen armed, if it was. Its ``last_contact`` is also
+        no earlier than the end of the host's last ended session: a ``gpuws`` killed with
+        kill -9 recorded no disconnect, and its session ends at its last activity."""
+        row = self._conn.execute(
+            "SELECT host, idle_s, MAX(last_contact, COALESCE((SELECT MAX(ended) FROM sessions"
+            " WHERE sessions.host = pod_leases.host), 0)) FROM pod_leases WHERE host = ?",
+            (host,)).fetchone()
         return None if row is None else PodLeaseRow(host=row[0], idle_s=row[1],
                                                     last_contact=row[2])
 

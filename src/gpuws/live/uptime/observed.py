@@ -84,12 +84,7 @@ def host_silent(store: Store, host: str, now: float | None = None) -> str | None
     lease = store.pod_lease(host)
     if lease is None:
         return None
-    # The last contact: the lease's row, or a later session on the host (one killed with
-    # kill -9 ends at its last recorded activity; a lost link is stored by the engine).
-    last = lease.last_contact
-    for session in store.sessions():
-        if session.host == host and session.ended is not None:
-            last = max(last, session.ended)
+    last = lease.last_contact  # (a disconnect, a lost link, or the last session's end)
     # The lease looks every idle/20 s (0.2 to 5 s) and both clocks have a second's slack:
     # the earliest it could fire is that much before the idle time's end.
     earliest = last + lease.idle_s - min(max(lease.idle_s / 20.0, 0.2), 5.0) - 1.0
