@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +24,7 @@ def _hermetic_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
 
 
-def _server(tmp_path_factory: pytest.TempPathFactory, variant: str) -> Iterator[SshServer]:
+def _need_sshd() -> None:
     if find_sshd() is None:
         # In CI (and under scripts/test, which installs sshd) a missing sshd is a broken
         # set-up, not a reason for hundreds of green skips.
@@ -30,11 +32,33 @@ def _server(tmp_path_factory: pytest.TempPathFactory, variant: str) -> Iterator[
             pytest.fail("OpenSSH sshd is not installed: the SSH tests cannot run "
                         "(scripts/test installs it)", pytrace=False)
         pytest.skip("OpenSSH sshd is not installed (the README's test command installs it)")
+
+
+def _server(tmp_path_factory: pytest.TempPathFactory, variant: str) -> Iterator[SshServer]:
+    _need_sshd()
     server = SshServer(tmp_path_factory.mktemp(f"sshd-{variant}"), variant).start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def stopped_pod(tmp_path: Path) -> Iterator[SshServer]:
+    """A pod that is stopped: an sshd whose keys and config exist but which is not running;
+    a test's "provider's tool" starts it with ``boot_command()``. Whatever it started is
+    stopped at the end, and a lease armed on its cache released."""
+    _need_sshd()
+    server = SshServer(tmp_path / "pod", "default").start()
+    server.stop()
+    try:
+        yield server
+    finally:
+        # The lease process exits at its next look once its settings are gone.
+        (server.pod_cache / "lease" / "settings.json").unlink(missing_ok=True)
+        pid = server.daemon_pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
 
 
 @pytest.fixture(scope="session")

@@ -209,6 +209,22 @@ class SshServer:
             self.stop()
         raise RuntimeError("sshd did not start: " + (self.root / "sshd.log").read_text())
 
+    def boot_command(self) -> str:
+        """The shell line that starts this server again as a booting pod's init would:
+        without ``-D`` sshd daemonises once it listens, its pid in ``sshd.pid``."""
+        carried = carried_sshd()
+        env = " ".join(f"{k}={v}" for k, v in (carried_env(carried) if carried else {}).items())
+        return f"env {env} {find_sshd()} -f {self.root / 'sshd_config'}"
+
+    def daemon_pid(self) -> int | None:
+        """The pid of this server started by :meth:`boot_command`, while it lives."""
+        try:
+            pid = int((self.root / "sshd.pid").read_text().split()[0])
+            os.kill(pid, 0)
+        except (OSError, ValueError, IndexError):
+            return None
+        return pid
+
     def _pty_home(self) -> Path:
         """The login shell's home: a profile with a coloured prompt and a chatty MOTD."""
         home = self.root / "pty-home"

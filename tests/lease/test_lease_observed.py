@@ -18,11 +18,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import sqlite3
-import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,56 +30,25 @@ from gpuws.live.uptime.observed import host_silent, lease_seen, to_laptop_clock
 from gpuws.remote_agent import lease as pod_lease
 from gpuws.sessions import store as store_mod
 from gpuws.sessions.store import Store
-from sshd import SshServer, carried_env, carried_sshd, find_sshd  # type: ignore[import-not-found]
+from lease.leasekit import script, stop_on_pod, wait_marker  # type: ignore[import-not-found]
+from sshd import SshServer  # type: ignore[import-not-found]
 
 IDLE_MIN = 0.05  # 3 s
 
 
-def _script(path: Path, body: str) -> str:
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return str(path)
-
-
-def _pid(server: SshServer) -> int | None:
-    try:
-        pid = int((server.root / "sshd.pid").read_text().split()[0])
-        os.kill(pid, 0)
-    except (OSError, ValueError, IndexError):
-        return None
-    return pid
-
-
 @pytest.fixture
-def pod(tmp_path: Path) -> Iterator[SshServer]:
-    """An sshd whose keys and config exist but which is not running (the pod is stopped)."""
-    if find_sshd() is None:
-        pytest.skip("OpenSSH sshd is not installed")
-    server = SshServer(tmp_path / "pod", "default").start()
-    server.stop()
-    try:
-        yield server
-    finally:
-        (server.pod_cache / "lease" / "settings.json").unlink(missing_ok=True)
-        pid = _pid(server)
-        if pid is not None:
-            os.kill(pid, signal.SIGTERM)
+def pod(stopped_pod: SshServer) -> SshServer:
+    """The pod is stopped (tests/conftest.py)."""
+    return stopped_pod
 
 
-def _config(tmp_path: Path, pod: SshServer, monkeypatch: pytest.MonkeyPatch, *,
-            idle: bool = True) -> Path:
-    """The host's config: start, stop, and (with ``idle``) the lease. Returns the marker
-    ``stop_on_pod`` writes."""
-    carried = carried_sshd()
-    env = " ".join(f"{k}={v}" for k, v in (carried_env(carried) if carried else {}).items())
-    start = _script(tmp_path / "start.sh",
-                    f"exec env {env} {find_sshd()} -f {pod.root / 'sshd_config'}\n")
-    stop = _script(tmp_path / "stop.sh", f"kill $(cat {pod.root / 'sshd.pid'})\n")
-    marker = tmp_path / "stopped"
-    on_pod = _script(tmp_path / "stop_on_pod.sh",
-                     f"date +%s.%N > {marker}.tmp && mv {marker}.tmp {marker}\n"
-                     f"kill $(cat {pod.root / 'sshd.pid'})\n")
-    lease = f"idle_stop_minutes = {IDLE_MIN}\nstop_on_pod = [\"{on_pod}\"]\n" if idle else ""
+def _config(tmp_path: Path, pod: SshServer, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The host's config: start, stop, and the lease. Returns the marker ``stop_on_pod``
+    writes."""
+    start = script(tmp_path / "start.sh", f"exec {pod.boot_command()}\n")
+    stop = script(tmp_path / "stop.sh", f"kill $(cat {pod.root / 'sshd.pid'})\n")
+    on_pod, marker = stop_on_pod(tmp_path, pod.root)
+    lease = f"idle_stop_minutes = {IDLE_MIN}\nstop_on_pod = [\"{on_pod}\"]\n"
     cfg = tmp_path / "config.toml"
     cfg.write_text(f"[hosts.pod]\nstart = [\"{start}\"]\nstop = [\"{stop}\"]\n{lease}")
     monkeypatch.setenv("GPUWS_CONFIG", str(cfg))
@@ -90,18 +56,9 @@ def _config(tmp_path: Path, pod: SshServer, monkeypatch: pytest.MonkeyPatch, *,
     return marker
 
 
-def _wait(path: Path, timeout: float = 120.0) -> float:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            return float(path.read_text().strip())
-        time.sleep(0.1)
-    raise AssertionError(f"the lease never stopped the pod ({path} missing)")
-
-
 def _wait_down(pod: SshServer, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
-    while _pid(pod) is not None:
+    while pod.daemon_pid() is not None:
         assert time.monotonic() < deadline, "the pod's sshd outlived its stop"
         time.sleep(0.05)
 
@@ -118,7 +75,7 @@ def test_walk_away_the_lease_stops_the_pod_and_the_export_bills_to_its_stop(
         (session,) = store.sessions()
         assert store.pod_lease("pod") is not None  # seen armed, for the silence to come
     # The person walks away; nobody renews the lease.
-    stopped = _wait(marker)
+    stopped = wait_marker(marker)
     _wait_down(pod)
     assert stopped >= left + IDLE_MIN * 60 - 1.0
     capsys.readouterr()

@@ -7,47 +7,24 @@ and for it to stop answering, over the same transport every command uses.
 
 from __future__ import annotations
 
-import os
-import signal
-import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpuws.cli import main
 from gpuws.sessions.store import Store
-from sshd import SshServer, carried_env, carried_sshd, find_sshd  # type: ignore[import-not-found]
+from lease.leasekit import script  # type: ignore[import-not-found]
+from sshd import SshServer  # type: ignore[import-not-found]
 
 
 def _script(path: Path, body: str) -> list[str]:
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return [str(path)]
-
-
-def _pid(server: SshServer) -> int | None:
-    try:
-        pid = int((server.root / "sshd.pid").read_text().split()[0])
-        os.kill(pid, 0)
-    except (OSError, ValueError, IndexError):
-        return None
-    return pid
+    return [script(path, body)]
 
 
 @pytest.fixture
-def pod(tmp_path: Path) -> Iterator[SshServer]:
-    """An sshd whose keys and config exist but which is not running (the pod is stopped)."""
-    if find_sshd() is None:
-        pytest.skip("OpenSSH sshd is not installed")
-    server = SshServer(tmp_path / "pod", "default").start()
-    server.stop()
-    try:
-        yield server
-    finally:
-        pid = _pid(server)
-        if pid is not None:
-            os.kill(pid, signal.SIGTERM)
+def pod(stopped_pod: SshServer) -> SshServer:
+    """The pod is stopped (tests/conftest.py)."""
+    return stopped_pod
 
 
 def _config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: list[str],
@@ -58,11 +35,7 @@ def _config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: list[str],
 
 
 def _start_stop_scripts(pod: SshServer, tmp_path: Path) -> tuple[list[str], list[str]]:
-    carried = carried_sshd()
-    env = " ".join(f"{k}={v}" for k, v in (carried_env(carried) if carried else {}).items())
-    # Without -D sshd daemonises once it listens, as a booted pod's sshd would.
-    start = _script(tmp_path / "start.sh",
-                    f"exec env {env} {find_sshd()} -f {pod.root / 'sshd_config'}\n")
+    start = _script(tmp_path / "start.sh", f"exec {pod.boot_command()}\n")
     stop = _script(tmp_path / "stop.sh", f"kill $(cat {pod.root / 'sshd.pid'})\n")
     return start, stop
 
@@ -74,10 +47,10 @@ def test_start_waits_for_ssh_and_stop_checks_it_stopped(
     _config(tmp_path, monkeypatch, start, stop)
     ssh = str(pod.client_files(tmp_path / "ssh"))
     assert main(["start", "pod", "-F", ssh, "--wait", "30"]) == 0
-    assert _pid(pod) is not None
+    assert pod.daemon_pid() is not None
     assert "pod answers" in capsys.readouterr().err
     assert main(["stop", "pod", "-F", ssh, "--wait", "30"]) == 0
-    assert _pid(pod) is None
+    assert pod.daemon_pid() is None
     assert "pod no longer answers" in capsys.readouterr().err
     # Both are recorded, with their times, for the billed time (start to stop).
     with Store() as store:
@@ -98,7 +71,7 @@ def test_a_stop_that_did_not_stop_is_said(
     err = capsys.readouterr().err
     assert "gpuws: gpuws lease: the stop did not stop: pod still answers SSH" in err
     assert "waiting for pod to stop answering" in err  # the countdown was visible
-    assert _pid(pod) is not None
+    assert pod.daemon_pid() is not None
     with Store() as store:
         stop_row = store.host_actions("pod")[-1]
     assert stop_row.action == "stop" and not stop_row.ok
@@ -200,11 +173,11 @@ def test_run_on_a_stopped_host_says_how_and_starts_it_with_start(
     assert main(["run", "pod", "-F", ssh, "-w", "cmd:echo up"]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "`gpuws start pod`, or add --start" in err
-    assert _pid(pod) is None  # nothing was started unasked
+    assert pod.daemon_pid() is None  # nothing was started unasked
     assert main(["run", "pod", "-F", ssh, "-w", "cmd:echo up", "--start"]) == 0
     got = capsys.readouterr()
     assert "pod answers" in got.err and "up" in got.out
-    assert _pid(pod) is not None
+    assert pod.daemon_pid() is not None
     with Store() as store:
         (action,) = store.host_actions("pod")
     assert action.action == "start" and action.ok

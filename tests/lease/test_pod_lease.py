@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import stat
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import pytest
 
 from gpuws.cli import main
 from gpuws.remote_agent.lease import check_settings
+from lease.leasekit import script, stop_on_pod, wait_marker  # type: ignore[import-not-found]
 from sshd import SshServer, find_sshd  # type: ignore[import-not-found]
 
 IDLE_MIN = 0.05  # 3 s
@@ -52,27 +52,13 @@ def _release(server: SshServer) -> None:
 
 def _config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pod: SshServer,
             extra: str = "") -> Path:
-    marker = tmp_path / "stopped"
-    script = tmp_path / "stop_on_pod.sh"
-    script.write_text("#!/bin/sh\n"
-                      f"date +%s.%N > {marker}.tmp && mv {marker}.tmp {marker}\n"
-                      f"kill $(cat {pod.root / 'sshd.pid'})\n")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    on_pod, marker = stop_on_pod(tmp_path, pod.root)
     cfg = tmp_path / "config.toml"
     cfg.write_text(f"[hosts.pod]\nidle_stop_minutes = {IDLE_MIN}\n"
-                   f"stop_on_pod = [\"{script}\"]\n{extra}")
+                   f"stop_on_pod = [\"{on_pod}\"]\n{extra}")
     monkeypatch.setenv("GPUWS_CONFIG", str(cfg))
     monkeypatch.setenv("GPUWS_HOME", str(tmp_path / "home"))
     return marker
-
-
-def _wait(path: Path, timeout: float = 120.0) -> float:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            return float(path.read_text().strip())
-        time.sleep(0.1)
-    raise AssertionError(f"the lease never stopped the pod ({path} missing)")
 
 
 def _armed(pod: SshServer) -> bool:
@@ -114,7 +100,7 @@ def test_a_killed_laptop_still_stops_the_pod_after_its_run_and_the_idle_time(
     proc.send_signal(signal.SIGKILL)
     killed = time.time()
     proc.wait(timeout=30)
-    stopped = _wait(marker)
+    stopped = wait_marker(marker)
     log = _log(pod)
     events = [e["event"] for e in log]
     assert events[:1] == ["armed"] and events[-2:] == ["stop", "stopped"], log
@@ -143,7 +129,7 @@ def test_each_contact_renews_the_lease(pod: SshServer, tmp_path: Path,
         assert main(["doctor", "pod", "-F", ssh, "--json"]) == 0
         report = json.loads(capsys.readouterr().out)
         assert report["lease"]["armed"] is True
-    stopped = _wait(marker)
+    stopped = wait_marker(marker)
     stop = next(e for e in _log(pod) if e["event"] == "stop")
     # Never before the last contact's idle time: each doctor renewed it.
     assert stop["idle_since"] >= contacts[-1] - 0.5 and stopped >= contacts[-1] + 2.0
@@ -155,9 +141,7 @@ def test_stop_releases_the_lease_and_a_lease_without_a_stop_says_why(
     marker = _config(tmp_path, monkeypatch, pod)
     ssh = str(pod.client_files(tmp_path / "ssh"))
     cfg = Path(os.environ["GPUWS_CONFIG"])
-    stop = tmp_path / "laptop_stop.sh"
-    stop.write_text(f"#!/bin/sh\nkill $(cat {pod.root / 'sshd.pid'})\n")
-    stop.chmod(0o755)
+    stop = script(tmp_path / "laptop_stop.sh", f"kill $(cat {pod.root / 'sshd.pid'})\n")
     cfg.write_text(cfg.read_text() + f"stop = [\"{stop}\"]\n")
     assert main(["doctor", "pod", "-F", ssh]) == 0
     assert main(["stop", "pod", "-F", ssh, "--wait", "60"]) == 0
@@ -198,9 +182,7 @@ def test_a_budget_that_stops_stops_the_pod_once_and_records_it(
     """budget_action = "stop" (point 3): at 100% the host's own `stop` runs, said and
     recorded; at 80% only a warning. $3,600/h makes a $2 budget last 2 s."""
     marker = tmp_path / "laptop_stopped"
-    stop = tmp_path / "stop.sh"
-    stop.write_text(f"#!/bin/sh\ndate +%s.%N > {marker}\n")
-    stop.chmod(0o755)
+    stop = script(tmp_path / "stop.sh", f"date +%s.%N > {marker}\n")
     cfg = tmp_path / "config.toml"
     cfg.write_text(f"[hosts.pod]\nbudget_usd = 2\nbudget_action = \"stop\"\n"
                    f"stop = [\"{stop}\"]\n")

@@ -8,9 +8,6 @@ does, or hangs. The app is driven with Textual's pilot and connects over real SS
 from __future__ import annotations
 
 import os
-import signal
-import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,14 +22,13 @@ from gpuws.tui.app import GpuwsApp, StartConnect
 from gpuws.tui.screens.connecting import ConnectingScreen, may_be_stopped
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.home import HomeScreen
-from sshd import SshServer, carried_env, carried_sshd, find_sshd  # type: ignore[import-not-found]
+from lease.leasekit import script  # type: ignore[import-not-found]
+from sshd import SshServer  # type: ignore[import-not-found]
 from tui.tuikit import until  # type: ignore[import-not-found]
 
 
 def _script(path: Path, body: str) -> list[str]:
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return [str(path)]
+    return [script(path, body)]
 
 
 def _alive(pid: int) -> bool:
@@ -43,27 +39,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _sshd_pid(server: SshServer) -> int | None:
-    try:
-        pid = int((server.root / "sshd.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pid if _alive(pid) else None
-
-
 @pytest.fixture
-def pod(tmp_path: Path) -> Iterator[SshServer]:
-    """An sshd whose keys and config exist but which is not running (the pod is stopped)."""
-    if find_sshd() is None:
-        pytest.skip("OpenSSH sshd is not installed")
-    server = SshServer(tmp_path / "pod", "default").start()
-    server.stop()
-    try:
-        yield server
-    finally:
-        pid = _sshd_pid(server)
-        if pid is not None:
-            os.kill(pid, signal.SIGTERM)
+def pod(stopped_pod: SshServer) -> SshServer:
+    """The pod is stopped (tests/conftest.py)."""
+    return stopped_pod
 
 
 def _config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: list[str]) -> None:
@@ -91,10 +70,8 @@ async def test_a_stopped_pod_is_started_with_a_countdown_then_connected(
     # The tool returns at once, as a provider's does; the pod's sshd comes up later, when
     # the test has seen the countdown (the gate), so the wait is really waited through.
     gate = tmp_path / "boot"
-    carried = carried_sshd()
-    env = " ".join(f"{k}={v}" for k, v in (carried_env(carried) if carried else {}).items())
     boot = (f"i=0; while [ ! -e {gate} ]; do i=$((i+1)); [ $i -gt 1200 ] && exit 0; "
-            f"sleep 0.05; done; exec env {env} {find_sshd()} -f {pod.root / 'sshd_config'}")
+            f"sleep 0.05; done; exec {pod.boot_command()}")
     _config(tmp_path, monkeypatch, _script(tmp_path / "start.sh",
                                            f"( {boot} ) </dev/null >/dev/null 2>&1 &\n"))
     app = _app(pod, tmp_path)
@@ -130,10 +107,8 @@ async def test_a_started_pod_whose_key_is_unknown_asks_for_it(
         pod: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The pod answers the wait and refuses (its key is in no known_hosts): it started, and
     connecting again asks about the key, as it would have without the start."""
-    carried = carried_sshd()
-    env = " ".join(f"{k}={v}" for k, v in (carried_env(carried) if carried else {}).items())
-    _config(tmp_path, monkeypatch, _script(
-        tmp_path / "start.sh", f"exec env {env} {find_sshd()} -f {pod.root / 'sshd_config'}\n"))
+    _config(tmp_path, monkeypatch, _script(tmp_path / "start.sh",
+                                           f"exec {pod.boot_command()}\n"))
     config = pod.client_files(tmp_path / "ssh", known=False)
     app = GpuwsApp(StartConnect(Target("pod", ssh_config=str(config))))
     async with app.run_test(size=(100, 30)) as pilot:
