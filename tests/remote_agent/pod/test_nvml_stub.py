@@ -90,17 +90,23 @@ int nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *n, in
 """
 
 
-@pytest.fixture(scope="module")
-def stub_lib(tmp_path_factory: pytest.TempPathFactory) -> str:
+def build_stub(tmp_path_factory: pytest.TempPathFactory, source: str, name: str,
+               what: str) -> str:
+    """Compile a stand-in C library (``what`` names it in the skip without a compiler)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip("no C compiler to build the stand-in NVML")
-    root = tmp_path_factory.mktemp("nvml")
-    (root / "stub.c").write_text(STUB)
-    lib = root / "libnvidia-ml-stub.so"
+        pytest.skip(f"no C compiler to build the stand-in {what}")
+    root = tmp_path_factory.mktemp(what.split()[-1].lower())
+    (root / "stub.c").write_text(source)
+    lib = root / name
     subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(root / "stub.c")],
                    check=True)
     return str(lib)
+
+
+@pytest.fixture(scope="module")
+def stub_lib(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return build_stub(tmp_path_factory, STUB, "libnvidia-ml-stub.so", "NVML")
 
 
 @pytest.fixture

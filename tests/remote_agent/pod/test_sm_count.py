@@ -11,8 +11,6 @@ tests/gpu/test_gpu_verdicts.py.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import msgspec
@@ -20,7 +18,11 @@ import pytest
 
 from gpuws.protocol import Gpu, GpuTarget
 from gpuws.remote_agent.pod import gpuinfo, gpusel
-from remote_agent.pod.test_nvml_stub import nvml, stub_lib  # type: ignore[import-not-found]  # noqa: F401
+from remote_agent.pod.test_nvml_stub import (  # type: ignore[import-not-found]  # noqa: F401
+    build_stub,
+    nvml,
+    stub_lib,
+)
 
 CUDA_STUB = r"""
 #include <stdio.h>
@@ -46,15 +48,7 @@ int cuDeviceGetPCIBusId(char *b, int len, int d) {
 
 @pytest.fixture(scope="module")
 def cuda_lib(tmp_path_factory: pytest.TempPathFactory) -> str:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to build the stand-in CUDA driver")
-    root = tmp_path_factory.mktemp("cuda")
-    (root / "cuda.c").write_text(CUDA_STUB)
-    lib = root / "libcuda-stub.so.1"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(root / "cuda.c")],
-                   check=True)
-    return str(lib)
+    return build_stub(tmp_path_factory, CUDA_STUB, "libcuda-stub.so.1", "CUDA driver")
 
 
 def test_sm_counts_go_to_the_gpu_on_the_same_bus(nvml: gpuinfo.Nvml, stub_lib: str,  # noqa: F811
