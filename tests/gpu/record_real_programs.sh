@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Issue 32's recordings, on the GPU machine (no gpuws needed): the names each tool gives
+# the same kernels, torch.profiler traces with host activity and stacks of an HF generate
+# and a two-rank torchrun step, and a ~5 µs kernel timed by CUDA events, CUPTI and ncu.
+# Everything lands in $OUT/rec.tar.gz; a short table last.
+set -uo pipefail
+cd "$(dirname "$0")/programs"
+OUT=${OUT:-/tmp/rec-out}; R=$OUT/rec; mkdir -p "$R"
+export PATH=$PATH:/opt/nvidia/nsight-compute/2025.3.1 PYTHONUNBUFFERED=1 REC_DIR=$R
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+PY=python3
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; ncu --version | tail -1
+  $PY -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'; } > "$R/machine.txt" 2>&1
+s() { local name=$1; shift; local t0=$SECONDS; timeout 240 "$@" > "$R/$name.log" 2>&1; echo "$name rc=$? $((SECONDS-t0))s"; }
+# 1. names: torch.profiler vs ncu's three kernel bases, on every family
+REC_TAG=families s fam_torch $PY record_profile.py families.py
+for base in demangled mangled function; do
+  s fam_ncu_$base ncu --metrics gpu__time_duration.sum --csv --print-kernel-base $base -c 120 $PY families.py
+done
+# 2. the HF generate: profile (host + stacks), ncu names, and the failing regex of the report
+REC_TAG=hf s hf_torch $PY record_profile.py hf_generate.py
+s hf_ncu_demangled ncu --metrics gpu__time_duration.sum --csv --print-kernel-base demangled -c 400 $PY hf_generate.py --layers 2 --new-tokens 4
+s hf_ncu_mangled ncu --metrics gpu__time_duration.sum --csv --print-kernel-base mangled -c 400 $PY hf_generate.py --layers 2 --new-tokens 4
+s hf_ncu_miss ncu --kernel-name-base demangled -k 'regex:void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast' -c 1 $PY hf_generate.py --layers 2 --new-tokens 4
+# 3. two ranks (one GPU here: gloo; NCCL's own refusal recorded too)
+REC_TAG=ddp s ddp_torch $PY -m torch.distributed.run --standalone --nproc-per-node 2 record_profile.py ddp_step.py --steps 40
+# 4. the 5 µs kernel
+s short_timing $PY short_timing.py
+s short_ncu ncu --metrics gpu__time_duration.sum --csv --kernel-name-base demangled -k regex:CUDAFunctor_add --cache-control all --clock-control none $PY short_ncu.py
+s short_ncu_base ncu --metrics gpu__time_duration.sum --csv --kernel-name-base demangled -k regex:CUDAFunctor_add --cache-control all --clock-control base $PY short_ncu.py
+ls -la "$R" > "$R/ls.txt"
+for f in "$R"/*.trace.json; do gzip -9 "$f"; done
+tar -czf "$OUT/rec.tar.gz" -C "$OUT" rec
+echo "== short kernel"; tail -1 "$R/short_timing.log"
+grep -h '"add\|gpu__time' "$R/short_ncu.log" | head -3
+echo "== sizes"; du -sh "$OUT/rec.tar.gz"; cat "$R/ls.txt" | awk '{print $5, $9}'
