@@ -11,22 +11,25 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 PY=python3
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; ncu --version | tail -1
   $PY -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'; } > "$R/machine.txt" 2>&1
-s() { local name=$1; shift; local t0=$SECONDS; timeout 240 "$@" > "$R/$name.log" 2>&1; echo "$name rc=$? $((SECONDS-t0))s"; }
-# 1. names: torch.profiler vs ncu's three kernel bases, on every family
-REC_TAG=families s fam_torch $PY record_profile.py families.py
-for base in demangled mangled function; do
-  s fam_ncu_$base ncu --metrics gpu__time_duration.sum --csv --print-kernel-base $base -c 120 $PY families.py
-done
-# 2. the HF generate: profile (host + stacks), ncu names, and the failing regex of the report
+s() { local name=$1; shift; local t0=$SECONDS
+  if [ $SECONDS -gt 470 ]; then echo "$name skipped (time)"; return; fi
+  timeout 200 "$@" > "$R/$name.log" 2>&1; echo "$name rc=$? $((SECONDS-t0))s"; }
+# In order of need, so a slow machine still brings back the most important ones.
+# the HF generate: profile (host + stacks), ncu's names, and the failing regex of the report
 REC_TAG=hf s hf_torch $PY record_profile.py hf_generate.py
 s hf_ncu_demangled ncu --metrics gpu__time_duration.sum --csv --print-kernel-base demangled -c 400 $PY hf_generate.py --layers 2 --new-tokens 4
-s hf_ncu_mangled ncu --metrics gpu__time_duration.sum --csv --print-kernel-base mangled -c 400 $PY hf_generate.py --layers 2 --new-tokens 4
 s hf_ncu_miss ncu --kernel-name-base demangled -k 'regex:void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast' -c 1 $PY hf_generate.py --layers 2 --new-tokens 4
-# 3. two ranks (one GPU here: gloo; NCCL's own refusal recorded too)
-REC_TAG=ddp s ddp_torch $PY -m torch.distributed.run --standalone --nproc-per-node 2 record_profile.py ddp_step.py --steps 40
-# 4. the 5 µs kernel
+# every family: torch.profiler vs ncu's kernel bases
+REC_TAG=families s fam_torch $PY record_profile.py families.py
+s fam_ncu_demangled ncu --metrics gpu__time_duration.sum --csv --print-kernel-base demangled -c 120 $PY families.py
+s fam_ncu_mangled ncu --metrics gpu__time_duration.sum --csv --print-kernel-base mangled -c 120 $PY families.py
+# the 5 µs kernel
 s short_timing $PY short_timing.py
 s short_ncu ncu --metrics gpu__time_duration.sum --csv --kernel-name-base demangled -k regex:CUDAFunctor_add --cache-control all --clock-control none $PY short_ncu.py
+# two ranks (one GPU here: gloo)
+REC_TAG=ddp s ddp_torch $PY -m torch.distributed.run --standalone --nproc-per-node 2 record_profile.py ddp_step.py --steps 40
+s hf_ncu_mangled ncu --metrics gpu__time_duration.sum --csv --print-kernel-base mangled -c 400 $PY hf_generate.py --layers 2 --new-tokens 4
+s fam_ncu_function ncu --metrics gpu__time_duration.sum --csv --print-kernel-base function -c 120 $PY families.py
 s short_ncu_base ncu --metrics gpu__time_duration.sum --csv --kernel-name-base demangled -k regex:CUDAFunctor_add --cache-control all --clock-control base $PY short_ncu.py
 ls -la "$R" > "$R/ls.txt"
 for f in "$R"/*.trace.json; do gzip -9 "$f"; done
