@@ -34,10 +34,10 @@ s hf_ncu_mangled ncu --metrics gpu__time_duration.sum --csv --print-kernel-base 
 s fam_ncu_function ncu --metrics gpu__time_duration.sum --csv --print-kernel-base function -c 120 $PY families.py
 s short_ncu_base ncu --metrics gpu__time_duration.sum --csv --kernel-name-base demangled -k regex:CUDAFunctor_add --cache-control all --clock-control base $PY short_ncu.py
 ls -la "$R" > "$OUT/ls.txt"
+echo "== short kernel"; tail -1 "$R/short_timing.log"; grep -c CUDAFunctor_add "$R/short_ncu.log"
 for f in "$R"/*.trace.json; do gzip -9 "$f"; done
 # Few files come back from the device: the big trace alone, the rest in one archive.
 mv "$R"/hf-rank0.trace.json.gz "$OUT/" 2>/dev/null
 tar -czf "$OUT/rec.tar.gz" -C "$OUT" rec && rm -rf "$R"
-echo "== short kernel"; tail -1 "$R/short_timing.log"; grep -c CUDAFunctor_add "$R/short_ncu.log"
 
 echo "== sizes"; du -sh "$OUT/rec.tar.gz"; cat "$OUT/ls.txt" | awk '{print $5, $9}'
