@@ -62,6 +62,8 @@ def test_a_defaults_lease_never_arms_on_local_and_says_why_once(
     lease, err = _doctor(["local"], capsys)
     assert lease["armed"] is False, lease
     assert lease["withheld_defaults"] == LEASE_KEYS
+    assert lease["said"] == ("no auto-stop: off on this machine: only [hosts.local] arms a "
+                             "lease here, not [defaults]")
     assert err.count("gpuws: note:") == 1, err
     assert "local runs on this machine: stop_on_pod, idle_stop_minutes in [defaults] not " \
            "applied" in err and "under [hosts.local]" in err
@@ -98,6 +100,7 @@ def test_a_defaults_lease_never_arms_through_sshd_on_127_0_0_1_and_its_table_doe
     ssh = str(pod.client_files(tmp_path / "ssh"))
     lease, err = _doctor(["pod", "-F", ssh], capsys)
     assert lease["armed"] is False and lease["this_machine"] is True, lease
+    assert "only [hosts.pod] arms a lease here" in lease["said"]
     assert err.count("gpuws: note:") == 1, err
     assert "pod is this machine: stop_on_pod, idle_stop_minutes in [defaults] not applied" \
            in err and "under [hosts.pod]" in err

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import time
 
+import msgspec
+
 from ... import protocol
 from ...client import AgentClient
-from ...config import host_config, load_config
+from ...config import host_config, load_config, withheld_defaults
 from ...errors import GpuwsError
 from ...remote_agent.pod.probe import machine_ids
 from ...text.textsafe import visible
@@ -53,10 +55,17 @@ async def arm(client: AgentClient, host: str, *,
     Returns:
         The lease as the pod says it stands.
     """
-    cfg = host_config(load_config(), host, this_machine=this_machine)
+    config = load_config()
+    cfg = host_config(config, host, this_machine=this_machine)
     try:
         if cfg.idle_stop_minutes is None:
             status = await client.lease()
+            if not status.armed and "idle_stop_minutes" in withheld_defaults(
+                    config, host, this_machine=this_machine):
+                # Why there is none, short: the note (said once by the face) has the rest.
+                status = msgspec.structs.replace(
+                    status, reason=f"off on this machine: only [hosts.{host}] arms a "
+                                   "lease here, not [defaults]")
         elif not cfg.stop_on_pod:
             return protocol.LeaseStatus(
                 armed=False, reason=f"idle_stop_minutes is set for {host} but stop_on_pod is "
