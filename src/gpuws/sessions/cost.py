@@ -99,6 +99,10 @@ class BudgetWindow(msgspec.Struct, frozen=True, kw_only=True):
     (a stop ends what the provider bills; the next stretch is a new start, perhaps in the
     provider's console) and local midnight.
 
+    A session reads it once, when it opens, and adds its own cost as it goes: a session
+    that runs past midnight keeps counting in the window it opened in, and another
+    ``gpuws`` connected at the same time is counted up to that moment only.
+
     Attributes:
         since: the window's start (epoch seconds).
         began: what started it: ``"start"``, ``"stop"`` or ``"day"`` (local midnight).
