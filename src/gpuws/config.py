@@ -151,7 +151,8 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The whole config file.
 
     Attributes:
-        defaults: settings for hosts that have no ``[hosts.NAME]`` table (or leave a field out).
+        defaults: settings for hosts that have no ``[hosts.NAME]`` table (or leave a field
+            out); never the :data:`MACHINE_STOPPING` keys for this machine.
         hosts: per-host settings, keyed by the name given to ``gpuws connect``
             (an ssh-config alias, or ``user@host[:port]``).
         pull: the bounds on pulling a run's artifacts (:class:`PullConfig`).
