@@ -46,7 +46,9 @@ MANGLED = ("_ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_impl_n
 
 def test_every_spelling_of_one_kernel_has_one_key() -> None:
     assert canonical(TORCH) == canonical(NCU)
-    assert canonical(TORCH).startswith("at native elementwise_kernel 128 4 at native")
+    assert canonical(TORCH).startswith("elementwise_kernel 128 4 gpu_kernel_impl_nocast")
+    # ncu 2025.3 leaves out a namespace torch writes: qualifiers are no part of the key.
+    assert canonical(NCU.replace("at::native::", "at::")) == canonical(TORCH)
     assert canonical(SIBLING) != canonical(NCU)
     assert {base_name(n) for n in (TORCH, NCU, MANGLED, "elementwise_kernel")} == {
         "elementwise_kernel"}
@@ -118,4 +120,4 @@ def test_names_that_are_no_names_never_break_it(hostile: str) -> None:
     same_kernel(hostile, TORCH)
     regex = ncu_regex(hostile)
     re.compile(regex)
-    assert len(regex) <= 6100
+    assert len(regex) <= 2600

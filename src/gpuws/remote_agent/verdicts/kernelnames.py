@@ -32,7 +32,7 @@ GRADES = (EXACT, TEMPLATE, BASE)
 #: Longest ``-k regex:`` body :func:`ncu_regex` writes: long enough for the template
 #: arguments that tell torch's elementwise instances apart, short of any regex engine's
 #: limits.
-MAX_REGEX = 6000
+MAX_REGEX = 2500
 
 _ANON = "{anon}"
 #: Spellings of the anonymous namespace: c++filt/torch, ncu, some tools, the mangling.
@@ -145,7 +145,12 @@ def _scan(text: str) -> Tuple[List[str], List[str]]:
                 key.append(tok)
         else:
             every.append(tok)
-            if not skipping and tok not in _KEYWORDS:
+            # A qualifier (``at::``, ``native::``, ``<unnamed>::``) is left out: tools
+            # disagree on namespaces (ncu 2025.3 writes ``at::elementwise_kernel`` where
+            # torch 2.9 writes ``at::native::elementwise_kernel``), while the function,
+            # its template arguments and the lambdas scoped in it are the kernel.
+            qualifier = text.startswith("::", m.end()) and not tok.startswith("#")
+            if not skipping and tok not in _KEYWORDS and not qualifier:
                 key.append(tok)
         if tok not in ("(", ")"):
             prev = tok
@@ -350,9 +355,10 @@ def best_match(name: str, candidates: Iterable[str]) -> Tuple[Optional[str], Opt
 #: A parameter list (three levels of parentheses deep) or a cast, as ncu writes it.
 _PARAMS = r"\([^()]*(\([^()]*(\([^()]*\)[^()]*)*\)[^()]*)*\)"
 #: Between two words of a name: punctuation (``::``, ``<``, ``, ``, ``> >``), a
-#: parameter list or cast, and the words tools add or leave out (``void``, ``const``).
-#: Each alternative starts with its own characters, so the engine never backtracks far.
-_GAP = r"([^A-Za-z0-9_()#]|%s|void|const|volatile)*" % _PARAMS
+#: parameter list or cast, the words tools add or leave out (``void``, ``const``) and
+#: qualifiers (``at::native::``, which :func:`canonical` leaves out). Each alternative
+#: is bounded by its own characters, so the engine never backtracks far.
+_GAP = r"([^A-Za-z0-9_()#]|%s|void|const|volatile|unnamed|[A-Za-z_][A-Za-z0-9_]*::)*" % _PARAMS
 _ANON_RE = r"(\(anonymous namespace\)|unnamed|anonymous_namespace|_GLOBAL__N_1)"
 _END = "([^A-Za-z0-9_]|$)"
 _SPECIAL = set("\\.^$|?*+()[]{}")
