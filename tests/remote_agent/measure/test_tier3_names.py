@@ -77,15 +77,11 @@ def row(name: str, share: float) -> dict[str, object]:
 
 
 def launches_of(program: str) -> list[dict[str, str]]:
-    ids = NAMES[f"ncu_{program}_demangled"]
-    out = []
-    for i in sorted(ids, key=int):
-        dem = ids[i]
-        out.append({"demangled": dem,
-                    "function": NAMES.get(f"ncu_{program}_function", {}).get(
-                        i, kernelnames.base_name(dem)),
-                    "mangled": NAMES.get(f"ncu_{program}_mangled", {}).get(i, dem)})
-    return out
+    """Each kernel ncu ran in ``program``, in its demangled, mangled and function names
+    (a run without the function base: the base name of the demangled one)."""
+    return [{"demangled": k["demangled"], "mangled": k.get("mangled", k["demangled"]),
+             "function": k.get("function", kernelnames.base_name(k["demangled"]))}
+            for k in NAMES[f"ncu_{program}"]]
 
 
 def test_tier2s_torch_spelling_is_profiled_in_one_ncu_run(ctx: RunContext,  # noqa: F811
@@ -156,3 +152,36 @@ def test_a_listing_without_tier2s_kernel_still_says_what_ncu_saw(ctx: RunContext
     assert diag.code == "no_kernel_matched" and diag.details["available_kernels"] == ["saxpy"]
     assert diag.cause.startswith("ncu profiled nothing for Tier 2's `at::native::reduce_kernel<")
     assert len(diag.cause) < 400 and diag.details["regex"].startswith("(^|[^A-Za-z0-9_])reduce")
+
+
+def test_the_hf_generates_top_kernel_the_issue_missed(ctx: RunContext,  # noqa: F811
+                                                       tmp_path: Path) -> None:
+    # Issue 32's bug: Tier 2 (torch.profiler) ranks ``void at::native::elementwise_kernel<
+    # 128, 4, …BinaryFunctor<c10::BFloat16…`` first; ncu spells it ``<(int)128, (int)4``;
+    # the regex from torch's spelling profiled nothing (ncu_hf_miss_log). Now: profiled,
+    # first try, and it is that instance, not one of the 10 others of the same base.
+    top = NAMES["torch_hf"][0]
+    assert "elementwise_kernel<128, 4," in top
+    assert "No kernels were profiled." in NAMES["ncu_hf_miss_log"][-1]
+    # The names ``-k`` is matched against are the listing's (``at::native::…<(int)128``),
+    # not the CSV's of ``--print-kernel-base demangled`` (``at::…<128``): both recorded.
+    launches = [{"demangled": n, "function": kernelnames.base_name(n), "mangled": n}
+                for n in NAMES["ncu_hf_miss_listed"]]
+    ncu, calls = stand_in_ncu(tmp_path, launches)
+    table = [row(top, 30.0)] + [row(n, 1.0) for n in NAMES["torch_hf"][1:6]]
+    assert not tiers.tier3(ctx, FakePod([ncu]), ["/bin/true"], table, None, python=False)
+    made = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert len(made) == 1
+    import re
+
+    hit = {x["demangled"] for x in launches if re.search(made[0][1], x["demangled"])}
+    assert len(hit) == 1
+    (twin,) = hit
+    assert "elementwise_kernel<(int)128, (int)4," in twin
+    assert kernelnames.same_kernel(top, twin) == kernelnames.EXACT
+    siblings = [x for x in launches if x["function"] == "elementwise_kernel"]
+    assert len(siblings) == 11
+    # The CSV's spelling of the same kernel is the same kernel too.
+    csv = [k["demangled"] for k in NAMES["ncu_hf"]
+           if kernelnames.same_kernel(top, k["demangled"]) == kernelnames.EXACT]
+    assert len(csv) == 1 and csv[0].startswith("void at::elementwise_kernel<128, 4,")

@@ -23,6 +23,7 @@ Standard library only: this runs on the pod's python3 (>= 3.8).
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
@@ -44,6 +45,7 @@ _INSTANCE = re.compile(r"\[([^\[\]]*?) \(instance (\d+)\)\]")
 #: A cast on a template literal: ``(int)128``, ``(unsigned long)1``, ``(c10::ScalarType)5``.
 _CAST = re.compile(r"\((?:[A-Za-z_][\w:]*)(?: [A-Za-z_][\w:]*)*\)(?=-?\d)")
 #: An integer literal's suffix: ``1ul``, ``4u``, ``2LL``.
+_FUNCTION_ARG = re.compile(r"&\((?:[\w:<>*& ]+ )?([A-Za-z_][\w:]*(?:<[^()]*>)?)\([^()]*\)\)")
 _SUFFIX = re.compile(r"(?<![\w.])(-?\d+)(?:[uU][lL]{0,2}|[lL]{1,2}[uU]?)(?!\w)")
 _BOOL = {"true": "1", "false": "0"}
 _WORD = re.compile(r"[A-Za-z_]\w*|\d+")
@@ -67,6 +69,14 @@ _LITERAL = re.compile(r"L([abcdhijlmnostxy])(n?)(\d+)E")
 _SUBSTITUTION = re.compile(r"S[0-9A-Z]*_|S[tabsiod]")
 _TEMPLATE_REF = re.compile(r"T\d*_|fp\d*_|fL\d+p\d*_")
 _CLOSURE_END = re.compile(r"E\d*_")
+_UNNAMED_TYPE = re.compile(r"Ut\d*_")
+_ENUM_LITERAL = re.compile(r"L(\d+)([A-Za-z_]\w*?n?\d+E)")
+#: Builtin types as the mangling writes them, and the words a demangler writes for them.
+_BUILTIN = {"f": ("float",), "d": ("double",), "i": ("int",), "j": ("unsigned", "int"),
+            "l": ("long",), "m": ("unsigned", "long"), "b": ("bool",), "c": ("char",),
+            "h": ("unsigned", "char"), "a": ("signed", "char"), "s": ("short",),
+            "t": ("unsigned", "short"), "x": ("long",), "y": ("unsigned", "long")}
+_TYPE_WORDS = frozenset(w for words in _BUILTIN.values() for w in words)
 
 
 def is_mangled(name: str) -> bool:
@@ -74,6 +84,7 @@ def is_mangled(name: str) -> bool:
     return name.startswith("_Z")
 
 
+@functools.lru_cache(maxsize=4096)  # Tier 3 and coverage ask of the same few names
 def _normalised(name: str) -> Tuple[str, bool]:
     """The demangled spelling with every tool's quirks undone, and whether the tool cut
     it short (Kineto's and nsys's tables end a long name with ``...``)."""
@@ -82,6 +93,9 @@ def _normalised(name: str) -> Tuple[str, bool]:
     text = text.rstrip(".…")
     text = _ANON_SPELLINGS.sub(_ANON, text)
     text = _INSTANCE.sub(lambda m: "{%s#%s}" % (m.group(1), m.group(2)), text)
+    # A function as a template argument: c++filt writes its type around it
+    # (``&(float f<S>(S*, int))``), ncu its name alone (``&f<S>``).
+    text = _FUNCTION_ARG.sub(r"&\1", text)
     text = _CAST.sub("", text)
     text = _SUFFIX.sub(r"\1", text)
     text = re.sub(r"\b(true|false)\b", lambda m: _BOOL[m.group(1)], text)
@@ -203,18 +217,23 @@ def _words(text: str) -> Tuple[Set[str], Set[str]]:
             # A lambda's number (``{lambda()#3}``) tells its instance, as the mangling's
             # closure number does; it is no template literal.
             nums.add("#" + word if before == "#" else word.lstrip("0") or "0")
+        elif word in _TYPE_WORDS:
+            nums.add("t:" + word)  # a builtin type tells float's instance from long's
         elif word not in _NOT_IDENTIFIERS and not _TEMPLATE_PARAM.match(word):
             ids.add(word)
     return ids, nums
 
 
+@functools.lru_cache(maxsize=4096)  # Tier 3 and coverage ask of the same few names
 def _mangled(name: str) -> Tuple[str, Set[str], Set[str]]:
-    """The base name, source names and integer literals an Itanium mangling spells.
+    """The base name, source names, and the literals, lambda numbers (``#1``) and builtin
+    types (``t:float``) an Itanium mangling spells.
 
     Not a demangler: it reads the source names (``<length><identifier>``) in order and
     steps over what would be misread as one (literals ``Li128E``, substitutions ``S0_``,
-    template parameters ``T_``, a closure's ``E1_``). The base name is the last source
-    name of the outermost name, before its template arguments (``I``) or its end.
+    template parameters ``T_``, a closure's ``E1_``, ``clEv``). The base name is the
+    last source name of the outermost name, before its template arguments (``I``) or
+    its end.
     """
     text = name.split(".")[0]  # a ``.clone``/``.constprop`` suffix is not the kernel's
     pos = 2 if text.startswith("_Z") else 0
@@ -237,6 +256,31 @@ def _mangled(name: str) -> Tuple[str, Set[str], Set[str]]:
             ids.add(ident)
             if depth <= 1 and not based:
                 base = ident
+            continue
+        m = _ENUM_LITERAL.match(text, pos)
+        if m is not None and len(m.group(2)) >= int(m.group(1)):
+            # ``L14curandOrdering101E``: an enum's literal, written ``101`` or
+            # ``(curandOrdering)101``.
+            name_len = int(m.group(1))
+            ids.add(m.group(2)[:name_len])
+            rest = re.match(r"n?(\d+)E", m.group(2)[name_len:])
+            if rest is not None:
+                nums.add(rest.group(1).lstrip("0") or "0")
+            pos = m.end()
+            continue
+        if text.startswith(("Xad", "L_Z"), pos):
+            pos += 3  # ``&f<…>`` as a template argument: the function's own encoding follows
+            continue
+        if text.startswith(("cl", "ix"), pos) or (ch == "D" and pos + 1 < len(text)):
+            pos += 2  # ``operator()``/``operator[]``, a ``D``-prefixed type (``Dv``, ``Dh``)
+            continue
+        m = _UNNAMED_TYPE.match(text, pos)
+        if m is not None:
+            pos = m.end()
+            continue
+        if ch in _BUILTIN:
+            nums.update("t:" + word for word in _BUILTIN[ch])
+            pos += 1
             continue
         for pattern in (_LITERAL, _SUBSTITUTION, _TEMPLATE_REF):
             m = pattern.match(text, pos)
@@ -277,6 +321,7 @@ def _mangled(name: str) -> Tuple[str, Set[str], Set[str]]:
     return base, ids, nums
 
 
+@functools.lru_cache(maxsize=4096)  # Tier 3 and coverage ask of the same few names
 def _signature(name: str) -> Tuple[str, Set[str], Set[str], Set[str], Set[str]]:
     """(base, identifiers and numbers of the name without its parameter list, and of the
     whole name) of a demangled or mangled name."""
@@ -318,18 +363,24 @@ def same_kernel(a: str, b: str) -> Optional[str]:
     sa, sb = _signature(a), _signature(b)
     if not sa[0] or sa[0] != sb[0]:
         return None
-    if _agree(sa, sb) and _agree(sb, sa):
-        return TEMPLATE
+    if is_mangled(a) != is_mangled(b):
+        dem, mangled = (sb, sa) if is_mangled(a) else (sa, sb)
+        if _agree(dem, mangled):
+            return TEMPLATE
     return BASE
 
 
-def _agree(x: Tuple[str, Set[str], Set[str], Set[str], Set[str]],
-           y: Tuple[str, Set[str], Set[str], Set[str], Set[str]]) -> bool:
-    """What ``x`` spells outside its parameter list, ``y`` spells somewhere; and there is
-    more than a base name to agree on."""
-    if len(x[1]) + len(x[2]) <= 1 or len(y[1]) + len(y[2]) <= 1:
+def _agree(dem: Tuple[str, Set[str], Set[str], Set[str], Set[str]],
+           mangled: Tuple[str, Set[str], Set[str], Set[str], Set[str]]) -> bool:
+    """A demangled name and a mangled one spell the same instance: the identifiers of the
+    demangled name's template arguments are source names of the mangled one, and both
+    hold the same literals, lambda numbers and builtin types (the mangled ones somewhere
+    in the demangled name, its parameter list included). Identifiers are compared one
+    way only: a demangler may leave out a namespace the mangling spells (ncu 2025.3
+    writes ``at::reduce_kernel`` for ``_ZN2at6native13reduce_kernel…``)."""
+    if len(dem[1]) + len(dem[2]) <= 1:
         return False  # a bare function name: no template to compare
-    return x[1] <= y[3] and x[2] <= y[4]
+    return dem[1] <= mangled[3] and dem[2] <= mangled[4] and mangled[2] <= dem[4]
 
 
 def best_match(name: str, candidates: Iterable[str]) -> Tuple[Optional[str], Optional[str]]:
@@ -413,10 +464,14 @@ def ncu_regex(name: str) -> str:
         words = words[:-1]  # the last word may be cut in the middle
     parts = [start]
     size = len(start) + len(_END)
+    last = base
     for word in words:
         piece = _GAP + _token_regex(word)
         if size + len(piece) > MAX_REGEX:
             break
         parts.append(piece)
         size += len(piece)
-    return "".join(parts) + _END
+        last = word
+    # The last word ends where a word ends (``128`` is not ``1280``); after a lambda's
+    # parenthesis the next character is a word's.
+    return "".join(parts) + ("" if last in ("(", ")") else _END)
