@@ -96,3 +96,20 @@ def test_the_listing_of_the_issues_miss_holds_the_top_kernel() -> None:
             assert match[1] == EXACT
     top = NAMES["torch_hf"][0]
     assert best_match(top, listed)[0] is not None
+
+
+def test_coverage_counts_the_twin_and_not_a_sibling() -> None:
+    """Tier 3 checked against Tier 2: ncu's spelling of Tier 2's top kernel is that kernel;
+    another instance of the same function (same short name) is not."""
+    from gpuws.remote_agent.verdicts.kernel import coverage
+
+    top = NAMES["torch_hf"][0]
+    twin = best_match(top, NAMES["ncu_hf_miss_listed"])[0]
+    sibling = next(n for n in NAMES["ncu_hf_miss_listed"]
+                   if base_name(n) == "elementwise_kernel" and same_kernel(top, n) == BASE)
+    table = {"kernels": [{"name": top, "share_pct": 30.0}]}
+    hit = coverage(table, [str(twin)], regex=ncu_regex(top), launch_skip=0, launch_count=1)
+    assert [r["name"] for r in hit["profiled"]] == [top] and hit["others"] == []
+    miss = coverage(table, [sibling], regex=ncu_regex(top), launch_skip=0, launch_count=1)
+    assert miss["profiled"] == [] and miss["others"] == [sibling]
+    assert miss["missed"][0]["why"].startswith("matched, but --launch-count 1")
