@@ -132,3 +132,23 @@ def test_run_started_carries_the_sm_count(nvml: gpuinfo.Nvml, stub_lib: str,  # 
     monkeypatch.setattr(worker, "SM_COUNT_TIMEOUT_S", 1.0)
     worker.choose_gpu(ctx)
     assert ctx.gpu.gpu is not None and ctx.gpu.gpu.get("sm_count") is None
+
+
+def test_a_watch_sessions_runs_take_the_count_from_its_probe(
+        nvml: gpuinfo.Nvml, stub_lib: str, tmp_path: Path,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a session of ``gpuws watch`` the probe the session keeps (probe.json, read by the
+    tiers next) gives the count: no driver child per iteration."""
+    import json
+
+    from gpuws.remote_agent import forkserver, worker
+
+    real_list = gpuinfo.list_gpus
+    monkeypatch.setattr(gpuinfo, "list_gpus", lambda *a, **k: real_list(nvml_lib=stub_lib))
+    monkeypatch.setattr(gpuinfo, "CUDA_LIB", str(tmp_path / "no-driver.so"))  # never asked
+    monkeypatch.setitem(forkserver._SESSION, "dir", str(tmp_path))
+    (tmp_path / "probe.json").write_text(json.dumps({"gpus": [
+        {"index": 0, "pci_bus_id": "00000000:18:00.0", "sm_count": 114},
+        {"index": 1, "pci_bus_id": "00000000:19:00.0", "sm_count": "132"}]}))
+    found = worker.gpus_with_sm_counts(True)
+    assert [g.get("sm_count") for g in found.gpus] == [114, None]  # a count that is no int
