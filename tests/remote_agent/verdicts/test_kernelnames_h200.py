@@ -113,3 +113,15 @@ def test_coverage_counts_the_twin_and_not_a_sibling() -> None:
     miss = coverage(table, [sibling], regex=ncu_regex(top), launch_skip=0, launch_count=1)
     assert miss["profiled"] == [] and miss["others"] == [sibling]
     assert miss["missed"][0]["why"].startswith("matched, but --launch-count 1")
+
+
+def test_a_missed_kernels_why_shows_the_long_filter_cut() -> None:
+    from gpuws.remote_agent.verdicts.kernel import coverage
+
+    top, other = NAMES["torch_hf"][0], NAMES["torch_hf"][1]
+    regex = ncu_regex(top)
+    table = {"kernels": [{"name": top, "share_pct": 30.0}, {"name": other, "share_pct": 9.0}]}
+    got = coverage(table, [top], regex=regex, launch_skip=0, launch_count=1)
+    why = got["missed"][0]["why"]
+    assert why.startswith("not matched by the filter regex:(^|") and why.endswith("…")
+    assert len(why) < 160 and got["regex"] == regex

@@ -445,9 +445,10 @@ def coverage(table: Optional[Dict[str, Any]], profiled: List[str], *,
             hit.append(entry)
             continue
         if bad is not None:
-            entry["why"] = "the filter regex:%s could not be checked here (%s)" % (regex, bad)
+            entry["why"] = "the filter regex:%s could not be checked here (%s)" % (
+                _cut_regex(regex), bad)
         elif pattern is not None and not pattern.search(name):
-            entry["why"] = "not matched by the filter regex:%s" % regex
+            entry["why"] = "not matched by the filter regex:%s" % _cut_regex(regex)
         elif len(profiled) >= launch_count:
             entry["why"] = ("matched, but --launch-count %d stopped ncu after %d launch(es)"
                             "%s" % (launch_count, len(profiled),
@@ -461,6 +462,13 @@ def coverage(table: Optional[Dict[str, Any]], profiled: List[str], *,
             "others": [p for p in profiled if not any(
                 p == str(r["name"]) or same_kernel(str(r["name"]), p) in (EXACT, TEMPLATE)
                 for r in hit)]}
+
+
+def _cut_regex(regex: Optional[str], limit: int = 100) -> str:
+    """A filter as a sentence shows it: the one Tier 3 writes from Tier 2's name runs to
+    thousands of characters (the event's ``regex`` keeps it whole)."""
+    text = str(regex)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def kernel_verdicts(launches: List[Dict[str, Any]], sm_count: Optional[int] = None
