@@ -748,8 +748,11 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
         return no_ncu(ctx, sel, t0)
     assert res is not None and parser is not None
     if parser.no_kernels and chosen_name is not None:
-        listed, _grade = kernelnames.best_match(chosen_name, parser.available_kernels)
-        if listed is not None:
+        listed, grade = kernelnames.best_match(chosen_name, parser.available_kernels)
+        # Only Tier 2's kernel itself: another instance of the same function (the base
+        # name alone agrees) is another kernel, and profiling it would answer another
+        # question.
+        if listed is not None and grade in (kernelnames.EXACT, kernelnames.TEMPLATE):
             # ncu spells the kernel some way the regex did not foresee: profile it by the
             # name ncu itself listed, in the same run, and say so.
             regex, name_base = retarget(listed)
