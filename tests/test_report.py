@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from rich.console import Console
 
@@ -150,3 +151,65 @@ def test_pod_text_in_a_report_is_never_markup(tmp_path: Path) -> None:
     kernel["rules"] = [{"kind": "[/]", "rule": "R[/]", "message": "m[/]", "est_speedup_pct": 1.0}]
     out = rendered([kernel])
     assert "evil[/]k[bold]" in out and "R[/]" in out and "m[/]" in out
+
+
+RECORDED_REP = Path(__file__).parent / "fixtures" / "recorded" / "saxpy_h200.ncu-rep"
+
+
+def test_a_report_gives_the_kernel_verdict_the_run_gave(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorded H200 saxpy report read by `gpuws report`, and by a run's Tier 3 (the
+    worker's code, with test_tier3_paths.py's stand-in ncu handing it that report): one
+    verdict, word for word."""
+    pytest.importorskip("ncu_report")
+    from gpuws import protocol
+    from gpuws.remote_agent import runs
+    from gpuws.remote_agent.measure import tiers
+    from gpuws.remote_agent.worker import RunContext
+    from remote_agent.measure.test_tier3_paths import (  # type: ignore[import-not-found]
+        FakePod,
+        events,
+        serving_ncu,
+    )
+
+    monkeypatch.setenv("GPUWS_POD_CACHE", str(tmp_path / "pod"))
+    runs.ensure_private_dir(runs.cache_root())
+    runs.ensure_private_dir(runs.runs_root())
+    rdir = Path(runs.run_dir("r-rep"))
+    (rdir / "artifacts").mkdir(parents=True)
+    spec = {"workload": "cmd:true", "tiers": [3]}
+    (rdir / "spec.json").write_text(json.dumps(spec))
+    ctx = RunContext("r-rep", spec, runs.EventLog("r-rep", str(rdir / "events.ndjson")).append)
+    tiers.tier3(ctx, FakePod([serving_ncu(tmp_path / "ncu")]), ["/bin/true"], None, "saxpy",
+                python=False)
+    stated = next(e for e in events(ctx) if isinstance(e, protocol.KernelVerdict))
+    (kernel,) = read_report(RECORDED_REP)
+    verdict = kernel["verdict"]
+    assert verdict["bound"] == "dram" and verdict["counters"] is True
+    envelope = ("type", "run_id", "seq", "ts", "req")
+    assert verdict == {k: v for k, v in msgspec.to_builtins(stated).items()
+                       if k not in envelope}
+    out = rendered([kernel])
+    assert "Verdict: " + verdict["sentence"] in " ".join(out.split())
+
+
+def test_report_json_carries_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("ncu_report")
+    from gpuws.cli import main
+
+    assert main(["report", str(RECORDED_REP), "--json"]) == 0
+    (launch,) = json.loads(capsys.readouterr().out)
+    assert launch["verdict"]["bound"] == "dram"
+    assert launch["verdict"]["sentence"].startswith("DRAM bandwidth-bound")
+
+
+def test_only_each_kernels_first_launch_carries_a_verdict() -> None:
+    # A CSV of two launches of one kernel: one verdict, as the run states one per kernel.
+    (one,) = read_report(FIXTURES / "saxpy_raw.csv")
+    two = [one, dict(one, launch=1)]
+    for k in two:
+        k.pop("verdict", None)
+    from gpuws.report import add_verdicts
+
+    add_verdicts(two)
+    assert "verdict" in two[0] and "verdict" not in two[1]

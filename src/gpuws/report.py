@@ -28,6 +28,7 @@ from rich.text import Text
 from . import report_child
 from .errors import GpuwsError, UsageError
 from .remote_agent.profilers import ncu_reader
+from .remote_agent.verdicts.kernel import kernel_verdicts
 from .report_child import Limits
 from .text import humanfmt
 from .text.textsafe import text as safe
@@ -125,7 +126,23 @@ def read_report(path: str | Path, limits: Limits | None = None) -> list[dict[str
         raise ReportError(f"{p.name} holds no profiled kernel",
                           remedy="check that ncu profiled something (no 'No kernels were "
                                  "profiled' warning) and that the file is not truncated")
+    add_verdicts(kernels)
     return kernels
+
+
+def add_verdicts(kernels: list[dict[str, Any]]) -> None:
+    """Give each kernel's first launch the ``kernel_verdict`` a run states after Tier 3
+    (the same function over the same metrics and rules). A report carries no probe, so
+    the SM count is ncu's own (``launch__sm_count``) where the report has it."""
+    first: dict[str, dict[str, Any]] = {}
+    for kernel in kernels:
+        first.setdefault(str(kernel.get("kernel")), kernel)
+    try:
+        verdicts = kernel_verdicts(kernels)
+    except (ValueError, TypeError, KeyError, AttributeError, ZeroDivisionError):
+        return  # as in a run: a verdict is a reading of the figures, which stand without it
+    for verdict in verdicts:
+        first[str(verdict["kernel"])]["verdict"] = verdict
 
 
 def read_rep_here(path: str) -> tuple[list[dict[str, Any]], dict[int, dict[str, float]]]:
@@ -277,7 +294,11 @@ def _kernel_panel(kernel: dict[str, Any]) -> Panel:
     for key, (label, _) in _LABELS.items():
         metrics.add_row(label, format_metric(key, values.get(key)))
     metrics.add_row("Clocks (as ncu measured)", format_clocks(kernel.get("clocks")))
-    parts: list[Any] = [metrics]
+    parts: list[Any] = []
+    verdict = kernel.get("verdict")
+    if isinstance(verdict, dict) and verdict.get("sentence"):
+        parts.append(Text.assemble(("Verdict: ", "bold"), safe(verdict.get("sentence"))))
+    parts.append(metrics)
 
     stalls = kernel.get("stalls") or []
     if stalls:

@@ -215,9 +215,7 @@ def choose_gpu(ctx: RunContext) -> Optional[str]:
     wanted = ctx.spec.get("gpu")
     wanted = None if wanted is None else str(wanted)
     try:
-        from .pod.gpuinfo import list_gpus
-
-        found = list_gpus()
+        found = gpus_with_sm_counts(bool(ctx.spec.get("fork_server")))
         choice = gpusel.choose(wanted, ctx.env, found.gpus, found.error)
     except Exception as exc:  # the first event must come whatever the driver does
         why = "the pod's GPUs could not be listed (%s: %s)" % (type(exc).__name__, exc)
@@ -225,6 +223,43 @@ def choose_gpu(ctx: RunContext) -> Optional[str]:
                                "run `gpuws doctor` to see what the pod reports")
     ctx.gpu = choice
     return gpusel.pin(ctx.env, choice)
+
+
+#: How long ``run_started`` may wait for the CUDA driver's SM count (a driver that hangs
+#: in cuInit leaves the count unknown, not the run unstarted).
+SM_COUNT_TIMEOUT_S = 5.0
+
+
+def gpus_with_sm_counts(session: bool) -> Any:
+    """The pod's GPUs (``gpuinfo.GpuList``), each with its SM count where the CUDA
+    driver gives it, for ``run_started``.
+
+    The count is the probe's (cuDeviceGetAttribute in a child, by PCI bus id): in a
+    session of ``gpuws watch`` the probe the session keeps, which the tiers read next
+    anyway; else asked of the driver while NVML lists the GPUs, so the first event waits
+    for the slower of the two, not for both.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .pod import gpuinfo
+
+    if session:
+        from .forkserver import session_probe
+
+        facts = session_probe() or {}
+        counts = {gpuinfo.bus_key(g.get("pci_bus_id")): g.get("sm_count")
+                  for g in facts.get("gpus") or [] if isinstance(g, dict)}
+        found = gpuinfo.list_gpus()
+        gpuinfo.add_sm_counts(found.gpus, {k: v for k, v in counts.items()
+                                           if k is not None and isinstance(v, int)})
+        return found
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        asked = pool.submit(gpuinfo.sm_counts, gpuinfo.CUDA_LIB,
+                            timeout_s=SM_COUNT_TIMEOUT_S)
+        found = gpuinfo.list_gpus()
+        if found.gpus:
+            gpuinfo.add_sm_counts(found.gpus, asked.result())
+    return found
 
 
 def announce_gpu(ctx: RunContext, replaced: Optional[str]) -> None:

@@ -100,3 +100,55 @@ def test_bus_ids_of_nvml_and_cuda_compare_equal() -> None:
         0, 0x3B, 0, 0)
     assert gpuinfo.bus_key(None) is None and gpuinfo.bus_key("3b:00") is None
     assert gpuinfo.parse_sm_counts('{"0000:3b:00.0": 132}') == {(0, 0x3B, 0, 0): 132}
+
+
+def test_run_started_carries_the_sm_count(nvml: gpuinfo.Nvml, stub_lib: str,  # noqa: F811
+                                          cuda_lib: str, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's GPU choice (what ``run_started.gpu`` is made of) asks the CUDA driver
+    for the SM count while NVML lists the GPUs: GPU 1 sits on bus 0x19, CUDA's 132-SM
+    device. It was None: the worker listed the GPUs before, and apart from, the probe."""
+    import json
+
+    from gpuws.remote_agent import runs, worker
+
+    real_list = gpuinfo.list_gpus
+    monkeypatch.setattr(gpuinfo, "list_gpus", lambda *a, **k: real_list(nvml_lib=stub_lib))
+    monkeypatch.setattr(gpuinfo, "CUDA_LIB", cuda_lib)
+    monkeypatch.setenv("GPUWS_POD_CACHE", str(tmp_path / "pod"))
+    runs.ensure_private_dir(runs.cache_root())
+    runs.ensure_private_dir(runs.runs_root())
+    rdir = Path(runs.run_dir("r-sm"))
+    rdir.mkdir(parents=True)
+    spec = {"workload": "cmd:true", "tiers": [], "gpu": "1"}
+    (rdir / "spec.json").write_text(json.dumps(spec))
+    ctx = worker.RunContext("r-sm", spec, runs.EventLog("r-sm", str(rdir / "events.ndjson")
+                                                        ).append)
+    worker.choose_gpu(ctx)
+    target = msgspec.convert(gpusel.target_event(ctx.gpu), GpuTarget, strict=True)
+    assert (target.index, target.sm_count) == (1, 132)
+    # A driver that hangs in cuInit leaves the count unknown, and the run starts.
+    monkeypatch.setenv("STUB_HANG", "1")
+    monkeypatch.setattr(worker, "SM_COUNT_TIMEOUT_S", 1.0)
+    worker.choose_gpu(ctx)
+    assert ctx.gpu.gpu is not None and ctx.gpu.gpu.get("sm_count") is None
+
+
+def test_a_watch_sessions_runs_take_the_count_from_its_probe(
+        nvml: gpuinfo.Nvml, stub_lib: str, tmp_path: Path,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a session of ``gpuws watch`` the probe the session keeps (probe.json, read by the
+    tiers next) gives the count: no driver child per iteration."""
+    import json
+
+    from gpuws.remote_agent import forkserver, worker
+
+    real_list = gpuinfo.list_gpus
+    monkeypatch.setattr(gpuinfo, "list_gpus", lambda *a, **k: real_list(nvml_lib=stub_lib))
+    monkeypatch.setattr(gpuinfo, "CUDA_LIB", str(tmp_path / "no-driver.so"))  # never asked
+    monkeypatch.setitem(forkserver._SESSION, "dir", str(tmp_path))
+    (tmp_path / "probe.json").write_text(json.dumps({"gpus": [
+        {"index": 0, "pci_bus_id": "00000000:18:00.0", "sm_count": 114},
+        {"index": 1, "pci_bus_id": "00000000:19:00.0", "sm_count": "132"}]}))
+    found = worker.gpus_with_sm_counts(True)
+    assert [g.get("sm_count") for g in found.gpus] == [114, None]  # a count that is no int

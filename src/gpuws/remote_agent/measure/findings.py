@@ -20,8 +20,8 @@ from ..safefiles import read_regular
 from ..verdicts.kernel import (
     coverage,
     gpm_window,
-    kernel_verdict,
     kernel_verdict_without_counters,
+    kernel_verdicts,
 )
 from ..verdicts.program import program_verdict, tier3_advice
 
@@ -67,14 +67,8 @@ def after_tier3(ctx: "RunContext", launches: List[Dict[str, Any]],
                 table: Optional[List[Dict[str, Any]]], regex: Optional[str],
                 sm_count: Optional[int]) -> None:
     """Emit a kernel verdict per profiled kernel (its first launch) and the coverage."""
-    done = set()
-    for launch in launches:
-        name = str(launch.get("kernel"))
-        if name in done:
-            continue
-        done.add(name)
-        rules = [r for r in launch.get("rules") or [] if r.get("kernel") in (None, name)]
-        ctx.emit(wire.make("kernel_verdict", **kernel_verdict(launch, rules, sm_count)))
+    for verdict in kernel_verdicts(launches, sm_count):
+        ctx.emit(wire.make("kernel_verdict", **verdict))
     ctx.emit(wire.make("tier3_coverage", **coverage(
         {"kernels": table or []}, [str(x.get("kernel")) for x in launches], regex=regex,
         launch_skip=int(ctx.spec.get("launch_skip") or 0),

@@ -10,6 +10,7 @@ measured and why. Every step is an event in the run's durable log.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
@@ -719,8 +720,7 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
     the estimate rides on the ``tier_started`` that carries ncu's argv, and a plan over
     ``max_tier3_s`` is stopped before ncu starts (:func:`tier3_budget`).
     """
-    from ..profilers.ncu_cmd import DEFAULT_SECTIONS, build_ncu_argv
-    from ..profilers.ncu_output import NcuConsoleParser, progress_event, regex_escape
+    from ..verdicts import kernelnames
 
     t0 = time.time()
     tier1_ran = 1 in tiers_of(ctx)
@@ -731,64 +731,39 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
         ctx.emit(wire.make("tier_finished", tier=3, status="fallback", wall_s=time.time() - t0,
                            reason="counters blocked (predicted before running ncu)"))
         return True
+    # The kernel Tier 2 chose, when Tier 3 is to profile it (None: the person's regex).
+    chosen_name: Optional[str] = None
     if not regex and table:
-        name = str(table[0]["name"]).split("(")[0]
-        regex = regex_escape(name)
+        chosen_name = str(table[0]["name"])
+        # Every spelling of it (torch.profiler's, nsys's, ncu's), and no sibling instance.
+        regex = kernelnames.ncu_regex(chosen_name)
     estimate = tier3_estimate(ctx, table, regex, measured or {})
     tier3_budget(ctx, estimate, t0)
     excluded: List[str] = []
-    chosen = ctx.spec.get("ncu_path")
-    while True:
-        sel = pod.select_ncu(excluded)
-        ncu = chosen or sel.get("selected")
-        if not ncu:
-            ctx.emit(wire.make("tier_started", tier=3, name="Nsight Compute"))
-            ctx.emit(wire.make(
-                "diagnosis", code="no_ncu", severity="error",
-                title="No Nsight Compute fits this pod", cause=str(sel.get("reason")),
-                remedies=[" ".join(step) for step in (sel.get("install_plan") or [])]
-                or ["install Nsight Compute matching the driver"],
-                details={"install_target_version": sel.get("install_target_version")}))
-            ctx.emit(wire.make("tier_finished", tier=3, status="skipped",
-                               wall_s=time.time() - t0, reason=str(sel.get("reason"))))
-            return True
-        report = os.path.join(ctx.artifact_dir, "profile")
-        argv = build_ncu_argv(
-            str(ncu), report_path=report, target_argv=target, kernel_regex=regex,
-            launch_skip=int(ctx.spec.get("launch_skip") or 0),
-            launch_count=int(ctx.spec.get("launch_count") or 1),
-            ncu_set=ctx.spec.get("ncu_set"),
-            sections=ctx.spec.get("ncu_sections") or (None if ctx.spec.get("ncu_set")
-                                                      else list(DEFAULT_SECTIONS)),
-            replay_mode=ctx.spec.get("replay_mode"),
-            clock_control=str(ctx.spec.get("clock_control") or "none"),
-            cache_control=str(ctx.spec.get("cache_control") or "all"),
-            device_args=gpusel.ncu_device_args(ctx.gpu))
-        if python:
-            # Only what runs between cudaProfilerStart/Stop: the workload, not its setup.
-            argv[1:1] = ["--profile-from-start", "off"]
-        ctx.emit(wire.make("tier_started", tier=3, name="Nsight Compute %s"
-                           % (sel.get("selected_version") or ""), argv=argv,
-                           estimate=estimate))
-        parser = NcuConsoleParser(regex)
-
-        def on_chunk(stream: str, text: str, parser: NcuConsoleParser = parser) -> None:
-            for item in parser.feed(text, stream):
-                if item.get("kind") == "progress":
-                    ctx.emit(progress_event(item))
-
-        res = procs.run_streaming(argv, emit=ctx.emit, tier=3, cwd=ctx.work_dir, env=ctx.env,
-                                  on_chunk=on_chunk, timeout_s=ctx.spec.get("timeout_s"),
-                                  line_filter=lambda s: not s.startswith("==PROF== Profiling"))
-        for item in parser.close():
-            if item.get("kind") == "progress":
-                ctx.emit(progress_event(item))
-        if parser.driver_incompatible and not chosen:
-            excluded.append(str(ncu))
-            ctx.emit(wire.make("log", level="warning", message=(
-                "%s says the driver is not compatible; stepping back one release" % ncu)))
-            continue
-        break
+    report = os.path.join(ctx.artifact_dir, "profile")
+    name_base = "demangled"
+    ncu, sel, res, parser = run_ncu(ctx, pod, target, regex, name_base, report, excluded,
+                                    python=python, estimate=estimate)
+    if ncu is None:
+        return no_ncu(ctx, sel, t0)
+    assert res is not None and parser is not None
+    if parser.no_kernels and chosen_name is not None:
+        listed, grade = kernelnames.best_match(chosen_name, parser.available_kernels)
+        # Only Tier 2's kernel itself: another instance of the same function (the base
+        # name alone agrees) is another kernel, and profiling it would answer another
+        # question.
+        if listed is not None and grade in (kernelnames.EXACT, kernelnames.TEMPLATE):
+            # ncu spells the kernel some way the regex did not foresee: profile it by the
+            # name ncu itself listed, in the same run, and say so.
+            regex, name_base = retarget(listed)
+            ctx.emit(wire.make("log", level="info", message=(
+                "ncu names it `%s`: profiled that (Tier 2's `%s` matched none of its "
+                "kernels as spelled)" % (shown(listed), shown(chosen_name)))))
+            ncu, sel, res, parser = run_ncu(ctx, pod, target, regex, name_base, report,
+                                            excluded, python=python, estimate=estimate)
+            if ncu is None:
+                return no_ncu(ctx, sel, t0)
+            assert res is not None and parser is not None
     wall = time.time() - t0
     if parser.profiler_unavailable is not None:
         ctx.emit(wire.make(
@@ -815,17 +790,21 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
                            reason="ERR_NVGPUCTRPERM"))
         return True
     if parser.no_kernels:
+        # A regex written from Tier 2's name runs to thousands of characters: the name
+        # says what was meant, the details keep the regex.
+        asked = ("Tier 2's `%s` (%s)" % (shown(chosen_name), "-k regex:%s" % shown(
+            str(regex), 80)) if chosen_name is not None else "-k regex:%s" % regex)
         ctx.emit(wire.make(
             "diagnosis", code="no_kernel_matched", severity="error",
             title="No kernel matched the filter",
-            cause="ncu profiled nothing for -k regex:%s" % regex,
+            cause="ncu profiled nothing for %s" % asked,
             meaning="the regex did not match any kernel launched after setup",
             remedies=["try --kernel-regex '%s'" % parser.suggested_regex]
             if parser.suggested_regex else ["pick a name from the kernels ncu saw"],
             details={"available_kernels": parser.available_kernels,
-                     "suggested_regex": parser.suggested_regex}))
+                     "suggested_regex": parser.suggested_regex, "regex": regex}))
         ctx.emit(wire.make("tier_finished", tier=3, status="failed", wall_s=wall,
-                           reason="no kernel matched regex:%s" % regex))
+                           reason="no kernel matched %s" % asked))
         return False
     rep = report + ".ncu-rep"
     if res.returncode != 0 or not os.path.exists(rep):
@@ -838,6 +817,8 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
 
     for launch in launches:
         ctx.emit(kernel_metrics_event(launch))
+    if chosen_name is not None and launches:
+        profiled_what(ctx, chosen_name, [str(x.get("kernel") or "") for x in launches])
     if launches:
         ctx.emit(rule_findings_event(launches))
         findings.after_tier3(ctx, launches, table, regex,
@@ -855,6 +836,113 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
                        "ncu_report" else "csv",
                        reason="%d kernel launch(es), %d passes" % (len(launches), passes)))
     return False
+
+
+def profiled_what(ctx: "RunContext", chosen: str, profiled: List[str]) -> None:
+    """Say when ncu profiled something other than Tier 2's kernel: a sibling instance of
+    the same template (only the base name agrees), which a regex cut short can take."""
+    from ..verdicts import kernelnames
+
+    grades = [kernelnames.same_kernel(chosen, name) for name in profiled]
+    if any(g in (kernelnames.EXACT, kernelnames.TEMPLATE) for g in grades):
+        return
+    ctx.emit(wire.make("log", level="warning", message=(
+        "ncu profiled `%s`, not Tier 2's `%s`%s: give --kernel-regex to pick it"
+        % (shown(profiled[0]), shown(chosen), " (another instance of the same function)"
+           if kernelnames.BASE in grades else ""))))
+
+
+def run_ncu(ctx: "RunContext", pod: Pod, target: List[str], regex: Optional[str],
+            name_base: str, report: str, excluded: List[str], *, python: bool,
+            estimate: Dict[str, Any]) -> Tuple[Optional[str], Dict[str, Any],
+                                                Optional[procs.ProcResult], Any]:
+    """One targeted ncu profile, stepping back one ncu release while one says the driver
+    is not compatible (``excluded`` grows).
+
+    Returns:
+        (the ncu that ran, the selection, its result, its :class:`NcuConsoleParser`);
+        the ncu is None when none fits the pod (then result and parser are None).
+    """
+    from ..profilers.ncu_cmd import DEFAULT_SECTIONS, build_ncu_argv
+    from ..profilers.ncu_output import NcuConsoleParser, progress_event
+
+    chosen = ctx.spec.get("ncu_path")
+    while True:
+        sel = pod.select_ncu(excluded)
+        ncu = chosen or sel.get("selected")
+        if not ncu:
+            return None, sel, None, None
+        argv = build_ncu_argv(
+            str(ncu), report_path=report, target_argv=target, kernel_regex=regex,
+            launch_skip=int(ctx.spec.get("launch_skip") or 0),
+            launch_count=int(ctx.spec.get("launch_count") or 1),
+            ncu_set=ctx.spec.get("ncu_set"),
+            sections=ctx.spec.get("ncu_sections") or (None if ctx.spec.get("ncu_set")
+                                                      else list(DEFAULT_SECTIONS)),
+            replay_mode=ctx.spec.get("replay_mode"),
+            clock_control=str(ctx.spec.get("clock_control") or "none"),
+            cache_control=str(ctx.spec.get("cache_control") or "all"),
+            device_args=gpusel.ncu_device_args(ctx.gpu), name_base=name_base)
+        if python:
+            # Only what runs between cudaProfilerStart/Stop: the workload, not its setup.
+            argv[1:1] = ["--profile-from-start", "off"]
+        ctx.emit(wire.make("tier_started", tier=3, name="Nsight Compute %s"
+                           % (sel.get("selected_version") or ""), argv=argv,
+                           estimate=estimate))
+        parser = NcuConsoleParser(regex)
+
+        def on_chunk(stream: str, text: str, parser: NcuConsoleParser = parser) -> None:
+            for item in parser.feed(text, stream):
+                if item.get("kind") == "progress":
+                    ctx.emit(progress_event(item))
+
+        res = procs.run_streaming(argv, emit=ctx.emit, tier=3, cwd=ctx.work_dir, env=ctx.env,
+                                  on_chunk=on_chunk, timeout_s=ctx.spec.get("timeout_s"),
+                                  line_filter=lambda s: not s.startswith("==PROF== Profiling"))
+        for item in parser.close():
+            if item.get("kind") == "progress":
+                ctx.emit(progress_event(item))
+        if parser.driver_incompatible and not chosen:
+            excluded.append(str(ncu))
+            ctx.emit(wire.make("log", level="warning", message=(
+                "%s says the driver is not compatible; stepping back one release" % ncu)))
+            continue
+        return str(ncu), sel, res, parser
+
+
+def no_ncu(ctx: "RunContext", sel: Dict[str, Any], t0: float) -> bool:
+    """Tier 3 skipped: no ncu fits the pod (the install plan is the remedy)."""
+    ctx.emit(wire.make("tier_started", tier=3, name="Nsight Compute"))
+    ctx.emit(wire.make(
+        "diagnosis", code="no_ncu", severity="error",
+        title="No Nsight Compute fits this pod", cause=str(sel.get("reason")),
+        remedies=[" ".join(step) for step in (sel.get("install_plan") or [])]
+        or ["install Nsight Compute matching the driver"],
+        details={"install_target_version": sel.get("install_target_version")}))
+    ctx.emit(wire.make("tier_finished", tier=3, status="skipped",
+                       wall_s=time.time() - t0, reason=str(sel.get("reason"))))
+    return True
+
+
+def retarget(listed: str) -> Tuple[str, str]:
+    """The ``-k regex:`` body and ``--kernel-name-base`` that select exactly the kernel
+    ncu listed as ``listed`` (its listing uses the name base it was given, or the bare
+    function name)."""
+    from ..profilers.ncu_output import regex_escape
+
+    if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", listed) is not None:  # a bare function name
+        return "^%s$" % regex_escape(listed), "function"
+    if listed.startswith("_Z"):
+        return "^%s$" % regex_escape(listed), "mangled"
+    return "^%s$" % regex_escape(listed), "demangled"
+
+
+def shown(name: str, limit: int = 60) -> str:
+    """A kernel name for a one-line note: no return type, cut at ``limit`` characters."""
+    text = " ".join(name.split())
+    if text.startswith("void "):
+        text = text[5:]
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
 
 def tier3_estimate(ctx: "RunContext", table: Optional[List[Dict[str, Any]]],

@@ -19,6 +19,7 @@ __all__ = [
     "CACHE_CONTROLS",
     "CLOCK_CONTROLS",
     "DEFAULT_SECTIONS",
+    "NAME_BASES",
     "REPLAY_MODES",
     "build_ncu_argv",
     "parse_list_sections",
@@ -45,6 +46,8 @@ DEFAULT_SECTIONS = (
 CLOCK_CONTROLS = ("base", "none")
 CACHE_CONTROLS = ("all", "none")
 REPLAY_MODES = ("kernel", "application", "range", "app-range")
+#: Values of ``--kernel-name-base``: the name a ``-k`` filter is matched against.
+NAME_BASES = ("demangled", "function", "mangled")
 
 
 def build_ncu_argv(
@@ -62,6 +65,7 @@ def build_ncu_argv(
     cache_control: str,
     metrics: Sequence[str] | None = None,
     device_args: Sequence[str] = (),
+    name_base: str = "demangled",
 ) -> list[str]:
     """The argv of one targeted ncu profile.
 
@@ -82,6 +86,9 @@ def build_ncu_argv(
         metrics: extra metric names (``--metrics``).
         device_args: ncu's device filter for a run pinned to one GPU
             (``gpusel.ncu_device_args``: ``--devices 0``), placed before the target.
+        name_base: which of ncu's names the regex is matched against
+            (``--kernel-name-base``): ``demangled`` (the default here), ``function`` (the
+            bare function name) or ``mangled``.
 
     Returns:
         The argv list. Without a set, sections or metrics, :data:`DEFAULT_SECTIONS` are
@@ -96,6 +103,8 @@ def build_ncu_argv(
         raise ValueError(f"cache_control must be one of {CACHE_CONTROLS}, not {cache_control!r}")
     if replay_mode is not None and replay_mode not in REPLAY_MODES:
         raise ValueError(f"replay_mode must be one of {REPLAY_MODES}, not {replay_mode!r}")
+    if name_base not in NAME_BASES:
+        raise ValueError(f"name_base must be one of {NAME_BASES}, not {name_base!r}")
     if launch_skip < 0:
         raise ValueError(f"launch_skip must be >= 0, not {launch_skip}")
     if launch_count < 1:
@@ -112,7 +121,7 @@ def build_ncu_argv(
         ncu,
         "--target-processes", "all",
         *device_args,
-        "--kernel-name-base", "demangled",
+        "--kernel-name-base", name_base,
         "-k", "regex:" + regex,
         "--launch-skip", str(launch_skip),
         "--launch-count", str(launch_count),

@@ -16,6 +16,7 @@ import math
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from .kernelnames import EXACT, TEMPLATE, same_kernel
 from .names import short_name
 from .program import evidence
 
@@ -428,7 +429,6 @@ def coverage(table: Optional[Dict[str, Any]], profiled: List[str], *,
     """
     rows = list((table or {}).get("kernels") or [])[:top]
     seen = set(profiled)
-    seen_short = {short_name(p) for p in profiled}
     try:
         pattern = re.compile(regex) if regex else None
         bad = None
@@ -439,13 +439,16 @@ def coverage(table: Optional[Dict[str, Any]], profiled: List[str], *,
         name = str(row.get("name") or "")
         entry = {"name": name, "short_name": short_name(name),
                  "share_pct": _num(row.get("share_pct")) or 0.0, "why": ""}
-        if name in seen or short_name(name) in seen_short:
+        # The same kernel under each tool's spelling; a sibling instance (same short
+        # name, other template arguments) is not it.
+        if name in seen or any(same_kernel(name, p) in (EXACT, TEMPLATE) for p in seen):
             hit.append(entry)
             continue
         if bad is not None:
-            entry["why"] = "the filter regex:%s could not be checked here (%s)" % (regex, bad)
+            entry["why"] = "the filter regex:%s could not be checked here (%s)" % (
+                _cut_regex(regex), bad)
         elif pattern is not None and not pattern.search(name):
-            entry["why"] = "not matched by the filter regex:%s" % regex
+            entry["why"] = "not matched by the filter regex:%s" % _cut_regex(regex)
         elif len(profiled) >= launch_count:
             entry["why"] = ("matched, but --launch-count %d stopped ncu after %d launch(es)"
                             "%s" % (launch_count, len(profiled),
@@ -456,4 +459,34 @@ def coverage(table: Optional[Dict[str, Any]], profiled: List[str], *,
         missed.append(entry)
     return {"regex": regex, "launch_skip": launch_skip, "launch_count": launch_count,
             "profiled": hit, "missed": missed,
-            "others": [p for p in profiled if p not in {r["name"] for r in hit}]}
+            "others": [p for p in profiled if not any(
+                p == str(r["name"]) or same_kernel(str(r["name"]), p) in (EXACT, TEMPLATE)
+                for r in hit)]}
+
+
+def _cut_regex(regex: Optional[str], limit: int = 100) -> str:
+    """A filter as a sentence shows it: the one Tier 3 writes from Tier 2's name runs to
+    thousands of characters (the event's ``regex`` keeps it whole)."""
+    text = str(regex)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def kernel_verdicts(launches: List[Dict[str, Any]], sm_count: Optional[int] = None
+                    ) -> List[Dict[str, Any]]:
+    """The ``kernel_verdict`` of each profiled kernel, from its first launch: what the
+    run states after Tier 3 and what ``gpuws report`` prints for a report file.
+
+    Args:
+        launches: ``kernel_metrics``-shaped launches, each with its ``rules``.
+        sm_count: the GPU's SM count where known (ncu's own in a launch's metrics wins).
+    """
+    done = set()
+    out = []
+    for launch in launches:
+        name = str(launch.get("kernel"))
+        if name in done:
+            continue
+        done.add(name)
+        rules = [r for r in launch.get("rules") or [] if r.get("kernel") in (None, name)]
+        out.append(kernel_verdict(launch, rules, sm_count))
+    return out
