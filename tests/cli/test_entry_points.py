@@ -128,16 +128,17 @@ def test_a_failed_run_says_why_on_stderr_with_exit_7() -> None:
 
 
 def test_a_headless_run_over_budget_says_so(tmp_path: Path) -> None:
-    """$3,600/h ($1/s) and a $2 budget: 80% is reached 1.6 s and 100% 2 s into the
-    session, while the workload sleeps 4 s; both lines reach stderr, whole, as the TUI
-    shows them."""
+    """$3,600/h ($1/s) and a $20 budget: 80% is reached 16 s and 100% 20 s into the
+    session, while the workload sleeps 22 s; both lines reach stderr, whole, as the TUI
+    shows them. (The lines give the share reached when said: a $2 budget's 80% came
+    before a connect of more than 1.6 s on a loaded machine had finished.)"""
     Path(os.environ["GPUWS_CONFIG"]).write_text(
-        "[hosts.local]\nrate_usd_per_hour = 3600.0\nbudget_usd = 2.0\n")
-    res = gpuws("run", "local", "-w", "cmd:sleep 4; echo done")
+        "[hosts.local]\nrate_usd_per_hour = 3600.0\nbudget_usd = 20.0\n")
+    res = gpuws("run", "local", "-w", "cmd:sleep 22; echo done")
     assert res.returncode == 0, res.stderr
     budget = [ln for ln in res.stderr.splitlines() if "budget" in ln]
     assert len(budget) == 2, res.stderr
-    assert "80% of its $2.00 budget at $3600.00/h" in budget[0]
+    assert "80% of its $20.00 budget at $3600.00/h" in budget[0]
     assert "100% of its" in budget[1] and "keeps billing until it is stopped" in budget[1]
 
 

@@ -689,8 +689,8 @@ class Engine:
         and per day, :class:`BudgetWindow`: earlier sessions' and this one's) reaches 80%
         and then 100% of its budget. This session's cost accrues for connected wall time at
         ``rate``: the moments are known in advance, so nothing polls. A step already passed
-        when the session opens is said at once, with the share it has reached; past 100%,
-        only the 100% line."""
+        when the session opens is said at once, with the share it has reached; past 100% by
+        earlier sessions, only the 100% line."""
         steps: tuple[tuple[float, Severity], ...] = ((BUDGET_WARN_FRACTION, "warning"),
                                                      (1.0, "error"))
         host = target.host
@@ -699,8 +699,10 @@ class Engine:
             at = started_wall + max(0.0, fraction * budget - earlier) / rate * 3600.0
             await asyncio.sleep(max(0.0, at - self.now()))
             spent = earlier + rate * (self.now() - started_wall) / 3600.0
-            if fraction < 1.0 and spent >= budget:
-                continue  # already all spent (a slow connect, earlier sessions): one line
+            if fraction < 1.0 and earlier >= budget:
+                # Earlier sessions spent it all: one line. A slow connect of this session
+                # still says both (the 80% warning is what a script's log shows first).
+                continue
             share = spent / budget  # what it is, not the step: a slow connect overshoots
             cfg = host_config(load_config(), host, this_machine=self.this_machine)
             stopping = fraction >= 1.0 and cfg.stops_at_budget
