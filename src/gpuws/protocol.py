@@ -580,6 +580,14 @@ class Tier1Result(Event, kw_only=True, tag="tier1_result"):
     #: conditions and taken out of every sample before it was sent (None: an agent before
     #: this field, whose samples still hold it).
     timer_ms: float | None = None
+    #: What the figure was timed with: "CUDA events" or "CUPTI (torch.profiler)" (short
+    #: calls, timed again from activity records; None: an agent before this field).
+    timing_source: str | None = None
+    #: The CUDA-event median (ms) a CUPTI figure replaced (None: events are the figure).
+    events_median_ms: float | None = None
+    #: One line saying how far a short call's event figure may sit above ncu's, naming
+    #: the timer's floor, when no CUPTI figure could replace it.
+    caution: str | None = None
 
 
 class KernelRow(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
