@@ -585,8 +585,8 @@ class Tier1Result(Event, kw_only=True, tag="tier1_result"):
     timing_source: str | None = None
     #: The CUDA-event median (ms) a CUPTI figure replaced (None: events are the figure).
     events_median_ms: float | None = None
-    #: One line saying how far a short call's event figure may sit above ncu's, naming
-    #: the timer's floor, when no CUPTI figure could replace it.
+    #: One line on a short call's figure: from CUPTI, how far ncu's own range reads above
+    #: it; from events (no CUPTI records), the event pair's floor above the device time.
     caution: str | None = None
 
 

@@ -1,21 +1,23 @@
-"""Tier 1 on the ~5 µs kernel of short_kernel.py through the product's own code (auto,
-cold, hot), with the last CUPTI session's Chrome trace kept, for the CPU tests' fixture.
+"""The ~5 µs kernel of short_kernel.py timed by Tier 1's CUDA events and by the CUPTI
+path (:mod:`gpuws.remote_agent.measure.device_time`) under the same cold conditions, with
+the last CUPTI session's Chrome trace kept for the CPU tests' fixture.
 
     PYTHONPATH=src python tests/gpu/programs/short_cupti_probe.py OUT_DIR
-Prints one JSON line per mode: the source, the reported median and the event median.
+Prints one JSON line per mode (cold, hot).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 
 import cupy
 
 from gpuws.kernels.workload import load_file_workload
-from gpuws.remote_agent.measure.device_time import TorchCuptiTimer
-from gpuws.remote_agent.measure.tier1 import run_tier1
+from gpuws.remote_agent.measure.device_time import TorchCuptiTimer, device_loop
+from gpuws.remote_agent.measure.tier1 import COLD_GAP_MS, make_gate, make_l2_flush, run_tier1
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -24,23 +26,24 @@ def main(out: str) -> None:
     w = load_file_workload(os.path.join(HERE, "short_kernel.py"))
     w.setup()
     cupy.cuda.runtime.deviceSynchronize()
-    for mode in ("auto", "cold", "hot"):
-        events: list = []
-        device = TorchCuptiTimer(trace_path=os.path.join(out, f"trace-{mode}.json"))
-        res = run_tier1(w, emit=events.append, mode=mode, device=device)
-        logs = [e for e in events if e["type"] == "log"]
-        print(json.dumps({"mode": mode, "ran": res["mode"], "source": res["timing_source"],
-                          "median_us": res["stats"]["median_ms"] * 1000,
-                          "n": res["stats"]["n"], "ci_rel": res["stats"]["ci_rel_halfwidth"],
-                          "events_median_us": (res["events_median_ms"] or 0) * 1000,
-                          "timer_us": res["timer_ms"] * 1000, "caution": res["caution"],
-                          "logs": [e["message"] for e in logs]}))
+    flush, gate = make_l2_flush(), make_gate()
+    for mode in ("cold", "hot"):
+        ev = run_tier1(w, emit=lambda e: None, mode=mode)
+        dev = TorchCuptiTimer(trace_path=os.path.join(out, f"trace-{mode}.json"))
+        cold = mode == "cold"
+        got = device_loop(w.run, device=dev, cold=cold, flush=flush.fn if cold else None,
+                          gap=gate.close if cold else None, gap_ms=COLD_GAP_MS,
+                          release=gate.open if cold else None)
+        print(json.dumps({
+            "mode": mode, "source": ev.get("timing_source"),
+            "tier1_median_us": ev["stats"]["median_ms"] * 1000,
+            "tier1_batch": ev["batch"], "timer_us": ev["timer_ms"] * 1000,
+            "cupti_median_us": statistics.median(got.samples_ms) * 1000
+            if got.samples_ms else None,
+            "cupti_n": len(got.samples_ms), "cupti_stop": got.stop_reason,
+            "outside": got.outside_count, "outside_names": got.outside}))
         sys.stdout.flush()
-    res = run_tier1(w, emit=lambda e: None)
-    print(json.dumps({"mode": "auto-default", "source": res["timing_source"],
-                      "median_us": res["stats"]["median_ms"] * 1000,
-                      "events_median_us": (res["events_median_ms"] or 0) * 1000,
-                      "caution": res["caution"]}))
+    gate.release()
 
 
 if __name__ == "__main__":

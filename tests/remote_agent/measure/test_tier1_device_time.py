@@ -11,6 +11,8 @@ torch.profiler path is exercised by the lead on the H200 (tests/gpu/test_gpu_sho
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -32,10 +34,40 @@ from gpuws.remote_agent.measure.device_time import (
     device_loop,
     device_records,
     floor_caution,
+    ncu_note,
 )
 from gpuws.remote_agent.measure.tier1 import L2Flush, run_tier1
 
 from .test_tier1_loop import FakeGpu, _fake_workload
+
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "cupti-h200"
+
+
+def trace(mode: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / f"short-add-{mode}.trace.json").read_text())
+    return data
+
+
+def test_the_h200_cold_trace_gives_each_call_its_add_kernel_alone() -> None:
+    records = device_records(trace("cold"))
+    names = {r.name for r in records}
+    # What a cold sample enqueues: flush, gate, marks and the add; only the add counts.
+    assert {"gpuws_l2_read", "gpuws_gate", MARK_BEGIN, MARK_END} < names
+    add = [r.end_ns - r.start_ns for r in records if "CUDAFunctor_add" in r.name]
+    got = call_times_ns(records)
+    assert got.ns == add and len(got.ns) == 12 and got.outside == []
+    # The GPU's own stamps: ns resolution, 6.4-6.6 µs a call (the session read 6.464).
+    assert all(6_000 < ns < 7_000 for ns in got.ns)
+    assert len(set(got.ns)) > 1  # real stamps, not one number repeated
+    flush = [r for r in records if r.name == "gpuws_l2_read"]
+    assert all(30_000 < r.end_ns - r.start_ns < 40_000 for r in flush)  # never counted
+
+
+def test_the_h200_hot_trace_gives_the_warm_l2_time() -> None:
+    got = call_times_ns(device_records(trace("hot")))
+    assert len(got.ns) == 12 and got.outside == []
+    assert all(3_700 < ns < 4_100 for ns in got.ns)  # the session read 3.872 µs
 
 
 def rec(name: str, start: int, end: int, device: int = 0, stream: int | None = 7
@@ -180,7 +212,8 @@ def test_a_short_call_reports_cupti_and_keeps_the_event_median_beside_it() -> No
                     flush=L2Flush(gpu.flush, 100 * 2**20, "read"), clock=gpu.clock,
                     device=FakeDevice(gpu, 5_180))
     decoded = msgspec.convert(res, protocol.Tier1Result)
-    assert decoded.timing_source == "CUPTI (stand-in)" and decoded.caution is None
+    assert decoded.timing_source == "CUPTI (stand-in)"
+    assert decoded.caution is not None and "ncu's gpu__time_duration adds" in decoded.caution
     assert decoded.stats.median_ms == pytest.approx(0.00518) and decoded.batch == 1
     assert decoded.events_median_ms is not None and decoded.events_median_ms > 0.0059
     logs = [e["message"] for e in events if e["type"] == "log"]
@@ -194,6 +227,7 @@ def test_a_long_call_keeps_its_event_timing_and_never_profiles() -> None:
                     flush=L2Flush(gpu.flush, 100 * 2**20, "read"), clock=gpu.clock,
                     device=dev)
     assert dev.sessions == 0 and res["timing_source"] == SOURCE_EVENTS
+    assert res["stats"]["median_ms"] == pytest.approx(0.2)
     assert res["caution"] is None and res["events_median_ms"] is None
 
 
@@ -205,7 +239,8 @@ def test_no_records_keeps_the_event_figure_with_the_floor_named() -> None:
                     device=FakeDevice(gpu, 5_180, records=False))
     assert res["timing_source"] == SOURCE_EVENTS and res["events_median_ms"] is None
     caution = res["caution"]
-    assert caution is not None and f"~{EVENT_FLOOR_US:.2f} µs per call (the floor" in caution
+    assert caution is not None
+    assert f"~{EVENT_FLOOR_US:.2f} µs per call beyond the kernels' device time (the floor" in caution
     assert "no kernel records" in caution and "\n" not in caution
     assert res["stats"]["median_ms"] > 0.0059  # the event figure, floor and all
 
@@ -231,3 +266,11 @@ def test_floor_caution_names_the_floor_below_the_threshold_only() -> None:
     assert f"~{EVENT_FLOOR_US:.2f} µs" in words and "5.95 µs" in words
     assert f"{100 * EVENT_FLOOR_US / 5.95:.0f}% lower" in words and words.endswith("no torch")
     assert len(words) <= 500  # the boundary's one-line limit
+    assert "100% lower" in (floor_caution(0.0005, "x") or "")  # never past the whole call
+
+
+def test_ncu_note_names_ncus_own_offset_for_short_figures_only() -> None:
+    assert ncu_note(CUPTI_BELOW_MS) is None and ncu_note(0.0) is None
+    note = ncu_note(0.006464)
+    assert note is not None and "6.46 µs" in note and "1.50 µs by ncu" in note
+    assert "14% or more above" in note and len(note) <= 500

@@ -58,6 +58,7 @@ from .device_time import (
     device_loop,
     floor_caution,
     make_device_timer,
+    ncu_note,
 )
 from .stats import MIN_CI_SAMPLES, ci_reached, summarize
 
@@ -572,8 +573,9 @@ def run_tier1(
 
     Calls whose CUDA-event median is under ``device_time.CUPTI_BELOW_MS`` are timed again
     from CUPTI activity records (:mod:`.device_time`), under the same cold or hot
-    conditions, and that figure is the result's, the event median kept beside it; where
-    no records can be had the event figure stays with a caution naming the timer's floor.
+    conditions, and that figure is the result's, the event median kept beside it, with a
+    note of how far ncu reads above it; where no records can be had the event figure stays
+    with a caution naming the timer's floor.
 
     Args:
         workload: The workload; its ``setup()`` must already have run.
@@ -694,6 +696,7 @@ def run_tier1(
     if dev is not None and device is not None:
         source = device.source
         stats = summarize(dev.samples_ms)
+        caution = ncu_note(float(stats["median_ms"]))
         emit({"type": "log", "level": "info", "message": (
             f"{workload.name}: CUDA events read {events_median * 1000:.2f} µs a call, "
             f"under {CUPTI_BELOW_MS * 1000:.0f} µs where the event pair's own floor shows; "
