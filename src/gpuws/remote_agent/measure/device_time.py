@@ -4,9 +4,11 @@ A Tier-1 sample brackets calls with a CUDA event pair. For a call of a few µs t
 itself is a visible part of the reading: its records and the launch around them add a
 fraction of a µs to a µs that no subtraction of an empty pair fully removes (issue 32: a
 5.18 µs kernel by ncu read 5.95 µs, +14.8%). CUPTI's activity records stamp each kernel's
-start and end on the GPU's own clock; they are what Nsight Compute's
-``gpu__time_duration`` and Nsight Systems report, so a call timed from them carries no
-timer of its own.
+start and end on the GPU's own clock; they are what Nsight Systems reports, so a call
+timed from them carries no timer of its own. Nsight Compute's ``gpu__time_duration`` is
+not quite that: it times its own range around the kernel and reads ~0.9 µs more per
+kernel (:data:`NCU_OFFSET_US`), so a CUPTI figure of a short kernel sits below ncu's and
+its result says by how much.
 
 The pod agent takes no dependency for this: the Tier-1 child runs under the workload's
 Python, and where that has torch, ``torch.profiler`` (Kineto over CUPTI's activity API)
@@ -36,9 +38,10 @@ from .stats import ci_reached
 
 #: Calls whose CUDA-event median is under this are timed again from CUPTI records.
 #: On short calls Tier 1's event pair reads about :data:`EVENT_FLOOR_US` beyond the
-#: kernels' device time, more than 2% of a call under 50 µs. Calls of 60 µs and more keep
-#: their event timing (within -0.2…+0.6% of ncu on an H200 for torch, cuBLAS, Triton and
-#: CuPy, issue 32).
+#: kernels' device time, more than 2% of a call under 50 µs; the excess is not a
+#: constant (it comes from the launch and record around a short call) and calls of 60 µs
+#: and more keep their event timing (within -0.2…+0.6% of ncu on an H200 for torch,
+#: cuBLAS, Triton and CuPy, issue 32).
 CUPTI_BELOW_MS = 0.050
 #: What Tier 1's CUDA events read beyond the device time of a short call, after the empty
 #: pair's cost was taken out: 7.87 µs against CUPTI's 6.46 µs for the 25 MB add of
