@@ -110,7 +110,7 @@ FIELDS: dict[tuple[str, str], str] = {
     ("Tier1Result", "peak_gbps"): "gbps", ("Tier1Result", "peak_tflops"): "tflops",
     ("Tier1Result", "pct_peak_bw"): "pct", ("Tier1Result", "pct_peak_flops"): "pct",
     ("Tier1Result", "l2_flush_bytes"): "bytes", ("Tier1Result", "cold_gap_ms"): "ms",
-    ("Tier1Result", "timer_ms"): "ms",
+    ("Tier1Result", "timer_ms"): "ms", ("Tier1Result", "events_median_ms"): "ms",
     ("KernelRow", "calls"): "count", ("KernelRow", "total_ns"): "ns",
     ("KernelRow", "mean_ns"): "ns", ("KernelRow", "share_pct"): "share",
     ("KernelTable", "gpu_idle_pct"): "span_pct", ("KernelTable", "memcpy_pct"): "span_pct",

@@ -589,6 +589,14 @@ class Tier1Result(Event, kw_only=True, tag="tier1_result"):
     #: conditions and taken out of every sample before it was sent (None: an agent before
     #: this field, whose samples still hold it).
     timer_ms: float | None = None
+    #: What the figure was timed with: "CUDA events" or "CUPTI (torch.profiler)" (short
+    #: calls, timed again from activity records; None: an agent before this field).
+    timing_source: str | None = None
+    #: The CUDA-event median (ms) a CUPTI figure replaced (None: events are the figure).
+    events_median_ms: float | None = None
+    #: One line on a short call's figure: from CUPTI, how far ncu's own range reads above
+    #: it; from events (no CUPTI records), the event pair's floor above the device time.
+    caution: str | None = None
 
 
 class KernelRow(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

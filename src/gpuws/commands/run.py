@@ -226,8 +226,8 @@ class Printer:
 def tier1_table(ev: protocol.Tier1Result) -> Table:
     s = ev.stats
     ms = humanfmt.ms
-    t = Table(title=visible(f"Tier 1 · CUDA events · {ev.mode}, batch {ev.batch} · "
-                            f"{ev.stop_reason}"), title_justify="left")
+    t = Table(title=visible(f"Tier 1 · {ev.timing_source or 'CUDA events'} · {ev.mode}, "
+                            f"batch {ev.batch} · {ev.stop_reason}"), title_justify="left")
     for col in ("n", "median", "95% CI", "mean", "stdev", "min", "p5", "p95"):
         t.add_column(col, justify="right")
     t.add_row(humanfmt.num(s.n), ms(s.median_ms),
@@ -245,8 +245,13 @@ def tier1_table(ev: protocol.Tier1Result) -> Table:
                f"{humanfmt.num(ev.peak_tflops, 'TFLOP/s')})"
                if ev.pct_peak_flops is not None and ev.peak_tflops else "")
         rates.append(f"{humanfmt.num(ev.tflops, 'TFLOP/s', 2)}{pct}")
-    if rates:
-        t.caption = " · ".join(rates)
+    notes = [" · ".join(rates)] if rates else []
+    if ev.events_median_ms is not None:  # a short call, timed again from CUPTI
+        notes.append(f"CUDA events read {humanfmt.ms(ev.events_median_ms)}")
+    if ev.caution:
+        notes.append(f"! {visible(ev.caution, 500)}")
+    if notes:
+        t.caption = "\n".join(notes)
     return t
 
 

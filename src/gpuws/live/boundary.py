@@ -218,6 +218,8 @@ class Boundary:
                 _check_artifact(ev, run.run_dir)
             elif isinstance(ev, VERDICTS):
                 check_verdict(ev)
+            elif isinstance(ev, protocol.Tier1Result):
+                check_tier1(ev)
         except Refused as why:
             message = f"run {run_id} seq {seq}: {type(ev).__name__} refused: {why.message}"
             self._refuse(why.kind, message)
@@ -378,6 +380,22 @@ def _check_estimate(est: protocol.Tier3Estimate) -> None:
     for text in (est.passes_basis, est.launches_basis, est.kernel_basis, est.start_basis,
                  *est.cheaper):
         _line(text, "Tier-3 estimate text")
+
+
+def check_tier1(ev: protocol.Tier1Result) -> None:
+    """The words a Tier-1 result shows beside its figure: each one line, bounded.
+
+    ``timing_source`` and ``caution`` sit next to the median in the run pane, the CLI and
+    the export; a pod must not fill that line with a page or break it across lines.
+
+    Raises:
+        Refused: one of them is not one line of at most :data:`MAX_EVIDENCE_STR`
+            characters (kind ``bounds``).
+    """
+    if ev.timing_source is not None:
+        _line(ev.timing_source, "Tier-1 timing source")
+    if ev.caution is not None:
+        _line(ev.caution, "Tier-1 caution")
 
 
 def _seconds(value: float | None, what: str) -> None:

@@ -404,6 +404,11 @@ def _tier1(r: protocol.Tier1Result) -> list[str]:
         how += "; chosen by auto"
     out.append(_esc(f"Mode {r.mode} ({how}), {r.warmup} warm-up calls, batch of {r.batch}; "
                     f"stopped: {r.stop_reason}."))
+    if r.events_median_ms is not None:  # a short call, timed again from CUPTI
+        out.append(_esc(f"Timed by {r.timing_source or 'CUPTI'}; CUDA events read "
+                        f"{_ms(r.events_median_ms)}."))
+    if r.caution:
+        out.append(_esc(f"Caution: {r.caution}"))
     rates = []
     if r.gbps is not None:
         rates.append(f"{r.gbps:,.1f} GB/s" + _of_peak(r.pct_peak_bw, r.peak_gbps, "GB/s",

@@ -212,8 +212,11 @@ def test_cold_run_tier1_warns_about_unbatched_short_calls() -> None:
                        flush=L2Flush(gpu.flush, 100 * 2**20, "read"), hold=gpu.hold,
                        clock=gpu.clock)
     logs = [e for e in events if e["type"] == "log"]
-    assert len(logs) == 1 and "not batched" in logs[0]["message"]
+    assert len(logs) == 2 and "not batched" in logs[0]["message"]
     msgspec.convert(logs[0], protocol.Log)
+    # No CUPTI timer with a stand-in event timer: the event figure stays, cautioned.
+    assert logs[1]["message"] == result["caution"] and "the floor" in result["caution"]
+    assert result["timing_source"] == "CUDA events" and result["events_median_ms"] is None
     assert result["mode"] == result["requested_mode"] == "cold" and result["batch"] == 1
     assert result["l2_flush_bytes"] == 100 * 2**20 and result["l2_flush_method"] == "read"
     assert result["cold_gap_ms"] == COLD_GAP_MS
@@ -251,8 +254,9 @@ def test_auto_run_tier1_says_when_short_calls_were_timed_hot() -> None:
     assert (result["requested_mode"], result["mode"], result["batch"]) == ("auto", "hot", 25)
     assert result["l2_flush_bytes"] is None and result["cold_gap_ms"] is None
     logs = [e for e in events if e["type"] == "log"]
-    assert len(logs) == 1 and "batches of 25" in logs[0]["message"]
+    assert len(logs) == 2 and "batches of 25" in logs[0]["message"]
     assert logs[0]["level"] == "info"
+    assert logs[1]["level"] == "warning" and logs[1]["message"] == result["caution"]
 
 
 def test_stops_when_ci_reached_but_not_before_min_samples() -> None:

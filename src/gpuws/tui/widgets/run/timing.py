@@ -109,6 +109,12 @@ def _stats(model: RunModel) -> tuple[Text, tuple[float, float, float] | None]:
             rates.append(f"{result.tflops:.3g} TFLOP/s{of}")
         if rates:
             text.append("\n" + " · ".join(rates), "cyan")
+        if result.events_median_ms is not None:  # a short call, timed again from CUPTI
+            text.append(f"\ntimed by {visible(result.timing_source or '?', 40)}; CUDA events "
+                        f"read {fmt.ms(result.events_median_ms)}", "dim")
+        if result.caution:
+            text.append("\n! ", "bold yellow")
+            text.append(visible(result.caution, 500), "yellow")
         return text, (s.ci_low_ms, s.median_ms, s.ci_high_ms)
     running = model.running_stats()
     if running is None:
