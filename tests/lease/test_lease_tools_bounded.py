@@ -73,6 +73,8 @@ def test_a_tool_flooding_stderr_ends_at_the_timeout_with_bounded_memory(
             kill_group(int(pidfile.read_text()))
     assert "start command for pod ran past 3 s" in done.stderr, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"gpuws start, its tool flooding stderr for 3 s: peak RSS "
+          f"{result['maxrss_kib'] / 1024:.1f} MiB")
     assert result["rc"] == 1
     assert result["maxrss_kib"] < RSS_BOUND_MIB * 1024, result
     assert group_members(_pgid(pidfile)) == []  # `yes` ended with its group
