@@ -119,3 +119,30 @@ def test_a_tool_killed_at_its_timeout_leaves_nothing_of_its_group(
     with Store() as store:
         (row,) = store.host_actions("pod")
     assert (row.action, row.ok) == ("start", False) and "ran past 2 s" in row.detail
+
+
+def test_a_tool_cancelled_by_the_person_is_ended_with_its_group(tmp_path: Path) -> None:
+    """The TUI's Back cancels the start: the tool and its children must not go on."""
+    import asyncio
+
+    from gpuws.live.uptime import power
+
+    pidfile = tmp_path / "pgid"
+    tool = script(tmp_path / "start.sh", f"echo $$ > {pidfile}\ntrap '' TERM\n"
+                                         "sleep 600 &\nsleep 600\n")
+
+    async def start_then_back() -> None:
+        task = asyncio.create_task(power.run_command([tool], "start", "pod", timeout_s=300))
+        while not (pidfile.exists() and pidfile.read_text().strip()):
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(start_then_back())
+        pgid = _pgid(pidfile)
+        wait_until(lambda: group_members(pgid) == [], "the cancelled tool's group ended", 30)
+    finally:
+        if pidfile.exists():
+            kill_group(int(pidfile.read_text()))

@@ -316,7 +316,10 @@ def main() -> int:
         if now - since >= settings["idle_s"]:
             _log("stop", idle_since=since, idle_for_s=now - since, idle_s=settings["idle_s"],
                  runs=active, argv=settings["stop_argv"])
-            code, line, seen = run_stop(settings["stop_argv"], STOP_TIMEOUT_S)
+            try:
+                code, line, seen = run_stop(settings["stop_argv"], STOP_TIMEOUT_S)
+            except Exception as exc:  # (a read that failed): logged, never the lease's end
+                code, line, seen = None, "%s: %s" % (type(exc).__name__, exc), 0
             if code == 0:
                 _log("stopped", output_bytes=seen)
                 try:
