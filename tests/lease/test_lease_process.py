@@ -387,7 +387,8 @@ def test_a_renewed_file_dated_ahead_does_not_put_the_stop_off(
     cache = tmp_path / "pod"
     leases.use(cache)
     marker = tmp_path / "stopped"
-    on_pod = script(tmp_path / "stop.sh", f"date +%s.%N > {marker}\n")
+    on_pod = script(tmp_path / "stop.sh", f"date +%s.%N > {marker}.tmp && mv {marker}.tmp "
+                                          f"{marker}\n")  # (read whole, never half-written)
     assert lease.configure(2.0, [on_pod], False)["armed"]
     ahead = time.time() + 3600.0
     os.utime(cache / "lease" / "renewed", (ahead, ahead))
