@@ -208,6 +208,12 @@ def test_the_pods_log_is_read_without_trusting_it(tmp_path: Path,
         {"at": 30.0, "idle_for_s": 60.0, "ok": None, "ended_at": None},
     ]
     assert len(pod_lease.stops(entries)) == pod_lease.MAX_STOPS == protocol.MAX_LEASE_STOPS
+    # A time no clock gives is that line's loss alone (it refused the laptop every status).
+    assert pod_lease.stops([{"event": "stop", "ts": 1e300, "idle_for_s": 1.0},
+                            {"event": "stop", "ts": -5.0},
+                            {"event": "stop", "ts": 40.0, "idle_for_s": 5e9},
+                            {"event": "stopped", "ts": 1e300}]) == [
+        {"at": 40.0, "idle_for_s": 0.0, "ok": None, "ended_at": None}]
     # And from a real file with junk lines, through the agent's own reader.
     monkeypatch.setattr(pod_lease, "lease_dir", lambda: str(tmp_path))
     (tmp_path / "log").write_bytes(b"\xff\xfe not json\n[1, 2]\n"

@@ -52,8 +52,10 @@ STOP_TAIL_BYTES = 4096
 STOP_DRAIN_S = 1.0
 #: Between SIGTERM to the stop command's process group and SIGKILL to what is left.
 STOP_TERM_GRACE_S = 5.0
-#: Times a pod's log may carry (a unix time; protocol's bound for a "time", year 3237).
+#: Times a pod's log may carry (a unix time; protocol's bound for a "time", year 3237),
+#: and idle times (its bound for seconds, ~30 years): past these the laptop refuses them.
 MAX_TS = 4e10
+MAX_IDLE_FOR_S = 1e9
 
 
 def lease_dir() -> str:
@@ -253,7 +255,7 @@ def stops(log: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         if event == "stop":
             idle = entry.get("idle_for_s")
             if isinstance(idle, bool) or not isinstance(idle, (int, float)) \
-                    or not math.isfinite(idle) or not 0 <= idle <= MAX_TS:
+                    or not math.isfinite(idle) or not 0 <= idle <= MAX_IDLE_FOR_S:
                 idle = 0.0
             out.append({"at": float(ts), "idle_for_s": float(idle), "ok": None,
                         "ended_at": None})
