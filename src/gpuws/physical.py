@@ -72,6 +72,7 @@ FIELDS: dict[tuple[str, str], str] = {
     ("LeaseStatus", "idle_s"): "s", ("LeaseStatus", "deadline_ts"): "time",
     ("LeaseStatus", "connections"): "count", ("LeaseStatus", "runs"): "count",
     ("LeaseStatus", "now_ts"): "time", ("LeaseStop", "at"): "time",
+    ("LeaseStatus", "left_out"): "count",
     ("LeaseStop", "idle_for_s"): "s", ("LeaseStop", "ended_at"): "time",
     ("GpuProcess", "pid"): "pid", ("GpuProcess", "used_mib"): "mib",
     ("Gpu", "index"): "index", ("Gpu", "memory_total_mib"): "mib",

@@ -871,6 +871,9 @@ class LeaseStatus(Event, kw_only=True, tag="lease_status"):
     ``stops``: the last stops its log holds (at most :data:`MAX_LEASE_STOPS`), so a laptop
     learns of a stop it did not see. ``now_ts`` is the pod's clock when this was written:
     the laptop reads every time here against it, not against its own clock.
+    ``left_out``: set by the laptop, whatever the pod sent: how many of the pod's stops and
+    times it left out (out of range, or in the pod's future), so that one bad entry costs
+    that entry, not the whole status.
     """
 
     armed: bool = False
@@ -882,6 +885,7 @@ class LeaseStatus(Event, kw_only=True, tag="lease_status"):
     reason: str | None = None
     now_ts: float | None = None
     stops: list[LeaseStop] = msgspec.field(default_factory=list)
+    left_out: int = 0
 
 
 #: How many of its stops a lease reports (the pod keeps them all in its log).

@@ -3,8 +3,11 @@ marker a pod's ``stop_on_pod`` script leaves."""
 
 from __future__ import annotations
 
+import os
+import signal
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -33,3 +36,35 @@ def wait_marker(path: Path, timeout: float = 120.0) -> float:
             return float(path.read_text().strip())
         time.sleep(0.1)
     raise AssertionError(f"the lease never stopped the pod ({path} missing)")
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``, from ``/proc``."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue  # gone while we looked
+        if fields[0] != b"Z" and int(fields[2]) == pgid:
+            out.append(int(name))
+    return out
+
+
+def wait_until(cond: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    """Wait for ``cond()`` to hold (a generous bound, not a measure of speed)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.05)
+
+
+def kill_group(pgid: int) -> None:
+    """Clean-up: SIGKILL what is left of a test's process group."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -208,6 +208,12 @@ def test_the_pods_log_is_read_without_trusting_it(tmp_path: Path,
         {"at": 30.0, "idle_for_s": 60.0, "ok": None, "ended_at": None},
     ]
     assert len(pod_lease.stops(entries)) == pod_lease.MAX_STOPS == protocol.MAX_LEASE_STOPS
+    # A time no clock gives is that line's loss alone (it refused the laptop every status).
+    assert pod_lease.stops([{"event": "stop", "ts": 1e300, "idle_for_s": 1.0},
+                            {"event": "stop", "ts": -5.0},
+                            {"event": "stop", "ts": 40.0, "idle_for_s": 5e9},
+                            {"event": "stopped", "ts": 1e300}]) == [
+        {"at": 40.0, "idle_for_s": 0.0, "ok": None, "ended_at": None}]
     # And from a real file with junk lines, through the agent's own reader.
     monkeypatch.setattr(pod_lease, "lease_dir", lambda: str(tmp_path))
     (tmp_path / "log").write_bytes(b"\xff\xfe not json\n[1, 2]\n"
@@ -233,3 +239,89 @@ def test_a_version_4_store_keeps_its_starts_and_stops(tmp_path: Path,
         with pytest.raises(sqlite3.IntegrityError):
             s._conn.execute("INSERT INTO host_actions(host, action, started, ended, ok, "
                             "detail, by) VALUES ('pod', 'stop', 1, 2, 1, '', 'provider')")
+
+
+def test_a_stop_dated_after_the_pods_own_now_is_left_out_and_counted() -> None:
+    """A forged ``stop`` line dated ahead was billed as the lease's stop."""
+    received = 1_800_000_000.0
+    honest = protocol.LeaseStop(at=received - 600.0, idle_for_s=1800.0, ok=True,
+                                ended_at=received - 598.0)
+    forged = protocol.LeaseStop(at=received + 30.0, idle_for_s=1.0, ok=True)
+    seen = to_laptop_clock(_status(received, honest, forged), received)
+    assert [s.at for s in seen.stops] == [received - 600.0] and seen.left_out == 1
+
+
+def test_a_stop_the_laptops_own_contacts_deny_is_not_recorded(tmp_path: Path) -> None:
+    now = 1_800_000_000.0
+    # (The first's end is dated inside the session after it: it ended before that.)
+    stops = [protocol.LeaseStop(at=now - 5000.0, idle_for_s=600.0, ok=True,
+                                ended_at=now - 3000.0),  # before
+             protocol.LeaseStop(at=now - 3000.0, idle_for_s=600.0, ok=True),  # in a session
+             protocol.LeaseStop(at=now - 1500.0, idle_for_s=600.0, ok=True),  # after it
+             protocol.LeaseStop(at=now - 100.0, idle_for_s=600.0, ok=True),  # in this one
+             protocol.LeaseStop(at=now + 20.0, idle_for_s=600.0, ok=True)]  # to come
+    with Store(tmp_path / "s.db") as store:
+        ended = store.open_session("pod", "sftp", None, None, started=now - 4000.0)
+        store.end_session(ended, ended=now - 2000.0)
+        store.open_session("other", "sftp", None, None, started=now - 1600.0)  # not pod
+        store.open_session("pod", "sftp", None, None, started=now - 200.0)  # live now
+        assert lease_seen(store, "pod", _status(now, *stops), now) == 2
+        assert [(r.started, r.ended) for r in store.host_actions("pod")] == [
+            (now - 5000.0, now - 4000.0), (now - 1500.0, now - 1500.0)]
+
+
+def test_one_out_of_range_number_from_the_pod_costs_that_entry_not_the_status() -> None:
+    """One such number refused the whole status: "no auto-stop", and no stop recorded."""
+    from gpuws.live.boundary import check_answer
+
+    now = time.time()
+    good = protocol.LeaseStop(at=now - 600.0, idle_for_s=1800.0, ok=True, ended_at=now - 599)
+    status = protocol.LeaseStatus(
+        ts=now, armed=True, idle_s=1800.0, now_ts=now, deadline_ts=1e300, left_out=-7,
+        stops=[good, protocol.LeaseStop(at=1e300, idle_for_s=1.0),
+               protocol.LeaseStop(at=now - 300.0, idle_for_s=1e300),
+               protocol.LeaseStop(at=now - 200.0, idle_for_s=1.0, ended_at=-5.0)])
+    seen = check_answer(status)
+    assert seen.armed and seen.idle_s == 1800.0 and seen.stops == [good]
+    assert seen.deadline_ts is None  # not a time: unknown, not refused with the rest
+    assert seen.left_out == 4  # three stops and the deadline; the pod's -7 is not its say
+
+
+def test_forged_lines_in_the_pods_lease_log_cost_only_themselves(
+        pod: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Through the real CLI, on the real pod: the lease log (the pod user's to write)
+    holds a stop dated ahead of the pod's clock, one dated inside a session gpuws had
+    with it, one with a time no clock gives, and one honest stop."""
+    _config(tmp_path, pod, monkeypatch)
+    cfg = Path(os.environ["GPUWS_CONFIG"])  # a lease that will not fire during the test
+    cfg.write_text(cfg.read_text().replace(f"idle_stop_minutes = {IDLE_MIN}",
+                                           "idle_stop_minutes = 30"))
+    ssh = str(pod.client_files(tmp_path / "ssh"))
+    assert main(["start", "pod", "-F", ssh, "--wait", "30"]) == 0
+    # A session long enough that a stop in its middle is clear of its ends' slack.
+    assert main(["run", "pod", "-F", ssh, "-w", "cmd:sleep 6"]) == 0
+    with Store() as store:
+        (session,) = store.sessions()
+        (start_row,) = store.host_actions("pod")
+    assert session.ended is not None and session.ended - session.started > 6.0
+    honest = start_row.started - 100.0  # (the same clock here: the pod is this machine)
+    forged = [{"event": "stop", "ts": honest, "idle_for_s": 1800.0},
+              {"event": "stopped", "ts": honest + 2.0},
+              {"event": "stop", "ts": (session.started + session.ended) / 2,
+               "idle_for_s": 1800.0},
+              {"event": "stopped", "ts": session.ended},
+              {"event": "stop", "ts": 1e300, "idle_for_s": 1.0},
+              {"event": "stop", "ts": time.time() + 40.0, "idle_for_s": 1800.0},
+              {"event": "stopped", "ts": time.time() + 41.0}]
+    with open(pod.pod_cache / "lease" / "log", "a") as f:
+        f.writelines(json.dumps(e) + "\n" for e in forged)
+    capsys.readouterr()
+    assert main(["doctor", "pod", "-F", ssh, "--json"]) == 0
+    lease = json.loads(capsys.readouterr().out)["lease"]
+    assert lease["armed"] and lease["said"].startswith("auto-stop "), lease
+    assert lease["stops_recorded"] == 1 and lease["left_out"] == 1, lease
+    with Store() as store:
+        rows = store.host_actions("pod")
+    assert [(r.action, r.by) for r in rows] == [("stop", "lease"), ("start", "gpuws")]
+    assert abs(rows[0].started - honest) < 1.0 and abs(rows[0].ended - honest - 2.0) < 1.0

@@ -24,6 +24,13 @@ import pytest
 
 from gpuws import deploy
 from gpuws.remote_agent import lease, runs
+from lease.leasekit import (  # type: ignore[import-not-found]
+    group_members,
+    kill_group,
+    script,
+    wait_marker,
+    wait_until,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads the lease's CPU and command line from /proc")
@@ -304,3 +311,89 @@ def test_the_cheap_running_check_agrees_with_run_status_and_skips_only_ended_run
         for p in live:
             p.kill()
             p.wait()
+
+
+#: The lease process's peak RSS (``VmHWM``): ~15 MiB here; the flood below is 300 MB.
+LEASE_RSS_BOUND_KIB = 64 * 1024
+
+
+def _peak_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        (line,) = [ln for ln in f if ln.startswith("VmHWM:")]
+    return int(line.split()[1])
+
+
+def _entries(event: str) -> list[dict[str, object]]:
+    return [e for e in lease.read_log(200) if e.get("event") == event]
+
+
+def test_a_stop_on_pod_flooding_its_output_leaves_the_lease_small_armed_and_honest(
+        leases: Leases, pyz: Path, tmp_path: Path) -> None:
+    """A provider CLI stuck retrying (it took the lease to 764 MB in 4 s, then MemoryError:
+    the pod was never stopped, and billed on)."""
+    cache = tmp_path / "pod"
+    leases.use(cache)
+    flood = script(tmp_path / "flood.sh",
+                   "yes 'retrying: 429 Too Many Requests' | head -c 300000000\n"
+                   "echo 'Error: rate limited, giving up' >&2\nexit 3\n")
+    assert lease.configure(1.0, [flood], False)["armed"]
+    (pid,) = lease_pids(pyz, cache)
+    wait_for(lambda: _entries("stop_failed"), "the failed stop logged", 120)
+    (failed, *_) = _entries("stop_failed")
+    print(f"a stop_on_pod of {failed.get('output_bytes')} bytes: the lease's peak RSS "
+          f"{_peak_rss_kib(pid) / 1024:.1f} MiB")
+    assert _peak_rss_kib(pid) < LEASE_RSS_BOUND_KIB
+    assert failed["code"] == 3 and failed["line"] == "Error: rate limited, giving up"
+    assert failed["output_bytes"] == 300_000_000 + len("Error: rate limited, giving up\n")
+    # Still armed, to try again after another idle time; the stop is reported as failed.
+    st = lease.status()
+    assert st["armed"] and lease_pids(pyz, cache) == [pid]
+    assert st["stops"][0]["ok"] is False
+    assert not _entries("stopped")
+
+
+def test_a_stop_on_pod_past_its_timeout_is_ended_with_its_whole_group(
+        tmp_path: Path) -> None:
+    pidfile = tmp_path / "pgid"
+    # It, and a child of it, ignore SIGTERM, and it floods meanwhile.
+    hung = script(tmp_path / "hung.sh",
+                  f"echo $$ > {pidfile}\ntrap '' TERM\nsleep 600 &\nyes 'still trying'\n")
+    try:
+        code, line, seen = lease.run_stop([hung], 1.0)
+        pgid = int(pidfile.read_text())
+        assert code is None and line.startswith("timed out after 1 s (") and seen > 0
+        wait_until(lambda: group_members(pgid) == [], "the stop command's group ended", 30)
+    finally:
+        if pidfile.exists():
+            kill_group(int(pidfile.read_text()))
+
+
+def test_a_stop_on_pod_that_exits_leaving_a_child_on_its_output_is_judged_by_its_exit(
+        tmp_path: Path) -> None:
+    pidfile = tmp_path / "pgid"
+    quick = script(tmp_path / "quick.sh",
+                   f"echo $$ > {pidfile}\nsleep 600 &\necho 'stopping pod'\nexit 0\n")
+    try:
+        # The timeout is far past the drain: a lease waiting for the pipe would time out.
+        assert lease.run_stop([quick], 60.0) == (0, "stopping pod", len("stopping pod\n"))
+    finally:
+        kill_group(int(pidfile.read_text()))
+
+
+def test_a_renewed_file_dated_ahead_does_not_put_the_stop_off(
+        leases: Leases, pyz: Path, tmp_path: Path) -> None:
+    """A clock stepped back an hour left ``renewed`` an hour ahead: the stop came an hour
+    late (and ``status`` promised it for then)."""
+    cache = tmp_path / "pod"
+    leases.use(cache)
+    marker = tmp_path / "stopped"
+    on_pod = script(tmp_path / "stop.sh", f"date +%s.%N > {marker}.tmp && mv {marker}.tmp "
+                                          f"{marker}\n")  # (read whole, never half-written)
+    assert lease.configure(2.0, [on_pod], False)["armed"]
+    ahead = time.time() + 3600.0
+    os.utime(cache / "lease" / "renewed", (ahead, ahead))
+    st = lease.status()
+    assert st["deadline_ts"] <= st["now_ts"] + 2.0
+    wait_marker(marker, 60.0)
+    assert os.stat(cache / "lease" / "renewed").st_mtime < ahead
+    wait_until(lambda: _entries("stopped"), "the stop logged", 30)  # (after the marker)

@@ -501,7 +501,7 @@ def check_answer(ev: AnswerT) -> AnswerT:
     Raises:
         ProtocolError: the answer was refused; the message says why.
     """
-    ev = bound_gpu_list(ev)
+    ev = bound_lease(bound_gpu_list(ev))
     why: list[str] = []
     if Boundary(on_refusal=lambda _kind, message, _n: why.append(message)).check(ev) is None:
         raise ProtocolError(f"the pod's answer was refused: {why[0] if why else '?'}",
@@ -524,6 +524,21 @@ def bound_gpu_list(ev: AnswerT) -> AnswerT:
         return ev
     probe = _cut_gpus(ev.probe)
     return ev if probe is ev.probe else msgspec.structs.replace(ev, probe=probe)
+
+
+def bound_lease(ev: AnswerT) -> AnswerT:
+    """A lease status without the stops that hold a number no clock gives, and with its
+    other times that none gives blanked ("unknown"); how many is ``left_out`` (the pod's
+    own ``left_out`` is not its to say). The stops come from a log in the pod user's
+    cache: one bad line there refused the whole status, so the laptop saw no auto-stop
+    and recorded none of the pod's stops. Other answers: as they are.
+    """
+    if not isinstance(ev, protocol.LeaseStatus):
+        return ev
+    last = ev.stops[-protocol.MAX_LEASE_STOPS:]  # (older ones are history: not read)
+    stops = [s for s in last if physical.problem(s) is None]
+    status, blanked = physical.blank(msgspec.structs.replace(ev, stops=stops, left_out=0))
+    return msgspec.structs.replace(status, left_out=len(last) - len(stops) + len(blanked))
 
 
 def _cut_gpus(probe: protocol.Probe) -> protocol.Probe:

@@ -24,10 +24,12 @@ import fcntl
 import json
 import math
 import os
+import select
+import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from . import runs
 
@@ -41,6 +43,19 @@ MAX_ARGV = 64
 MAX_ARG_LEN = 4096
 #: How many of its stops ``status`` reports (protocol.MAX_LEASE_STOPS).
 MAX_STOPS = 8
+#: How much of the stop command's output is kept (its end, for the log's line); the rest
+#: is read and dropped. A provider CLI stuck retrying once took the lease to 764 MB in
+#: 4 s and killed it with MemoryError: the pod was never stopped and billed on.
+STOP_TAIL_BYTES = 4096
+#: After the stop command exits, how long its last output may take: a child it left
+#: holding the pipe does not hold the lease.
+STOP_DRAIN_S = 1.0
+#: Between SIGTERM to the stop command's process group and SIGKILL to what is left.
+STOP_TERM_GRACE_S = 5.0
+#: Times a pod's log may carry (a unix time; protocol's bound for a "time", year 3237),
+#: and idle times (its bound for seconds, ~30 years): past these the laptop refuses them.
+MAX_TS = 4e10
+MAX_IDLE_FOR_S = 1e9
 
 
 def lease_dir() -> str:
@@ -182,6 +197,20 @@ def _mtime(path: str) -> float:
         return 0.0
 
 
+def _renewed(now: float) -> float:
+    """When a laptop last renewed the lease, never after ``now``: a ``renewed`` file
+    dated ahead (the clock stepped back, or a touch -d) is set to ``now``, else it would
+    put the stop off by as long as it is ahead."""
+    mtime = _mtime(_path("renewed"))
+    if mtime > now:
+        try:
+            os.utime(_path("renewed"), (now, now))
+        except OSError:
+            pass  # still clamped below, for this look
+        return now
+    return mtime
+
+
 def _log(event: str, **fields: Any) -> None:
     line = json.dumps(dict(fields, ts=time.time(), event=event))
     try:
@@ -220,12 +249,13 @@ def stops(log: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     out = []  # type: List[Dict[str, Any]]
     for entry in log:
         event, ts = entry.get("event"), entry.get("ts")
-        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
-            continue
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) \
+                or not 0 <= ts <= MAX_TS:
+            continue  # one bad line is left out; the others are still reported
         if event == "stop":
             idle = entry.get("idle_for_s")
             if isinstance(idle, bool) or not isinstance(idle, (int, float)) \
-                    or not math.isfinite(idle) or idle < 0:
+                    or not math.isfinite(idle) or not 0 <= idle <= MAX_IDLE_FOR_S:
                 idle = 0.0
             out.append({"at": float(ts), "idle_for_s": float(idle), "ok": None,
                         "ended_at": None})
@@ -251,7 +281,7 @@ def status() -> Dict[str, Any]:
     elif not alive:
         out["reason"] = "the lease process is not running (see %s)" % _path("log")
     elif not conns and not (active and not settings["stop_running"]):
-        out["deadline_ts"] = _mtime(_path("renewed")) + settings["idle_s"]
+        out["deadline_ts"] = _renewed(out["now_ts"]) + settings["idle_s"]
     return out
 
 
@@ -283,23 +313,93 @@ def main() -> int:
         conns, active = connections(), running_runs(ended)
         if conns or (active and not settings["stop_running"]):
             busy_until = now
-        since = max(busy_until, _mtime(_path("renewed")))
+        busy_until = min(busy_until, now)  # (a clock stepped back: not busy in the future)
+        since = max(busy_until, _renewed(now))
         if now - since >= settings["idle_s"]:
             _log("stop", idle_since=since, idle_for_s=now - since, idle_s=settings["idle_s"],
                  runs=active, argv=settings["stop_argv"])
             try:
-                res = subprocess.run(settings["stop_argv"], stdin=subprocess.DEVNULL,
-                                     capture_output=True, timeout=STOP_TIMEOUT_S)
-                tail = res.stderr.decode("utf-8", "replace").strip().splitlines()
-                if res.returncode == 0:
-                    _log("stopped")
-                    try:
-                        os.unlink(_path("settings.json"))
-                    except OSError:
-                        pass
-                    return 0
-                _log("stop_failed", code=res.returncode, line=(tail[-1] if tail else "")[:300])
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                _log("stop_failed", code=None, line=("%s: %s" % (type(exc).__name__, exc))[:300])
-            busy_until = time.time()  # another idle period before trying again
+                code, line, seen = run_stop(settings["stop_argv"], STOP_TIMEOUT_S)
+            except Exception as exc:  # (a read that failed): logged, never the lease's end
+                code, line, seen = None, "%s: %s" % (type(exc).__name__, exc), 0
+            if code == 0:
+                _log("stopped", output_bytes=seen)
+                try:
+                    os.unlink(_path("settings.json"))
+                except OSError:
+                    pass
+                return 0
+            # Logged as what it was (the pod still bills): the lease stays armed and tries
+            # again after another idle period.
+            _log("stop_failed", code=code, line=line[:300], output_bytes=seen)
+            busy_until = time.time()
         time.sleep(min(max(settings["idle_s"] / 20.0, 0.2), 5.0))
+
+
+def run_stop(argv: List[str], timeout_s: float) -> Tuple[Optional[int], str, int]:
+    """Run the pod's stop command, bounded in time and memory.
+
+    It runs in a process group of its own; its stdout and stderr are read as they come and
+    only the last :data:`STOP_TAIL_BYTES` kept. Past ``timeout_s`` the whole group gets
+    SIGTERM, then SIGKILL. Once the command itself exits it is judged by its exit status,
+    even if a child it left still holds the pipe.
+
+    Returns:
+        ``(exit status or None, the last line it wrote or why it failed, bytes it wrote)``.
+    """
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, close_fds=True,
+                                start_new_session=True)
+    except (OSError, ValueError) as exc:
+        return None, "%s: %s" % (type(exc).__name__, exc), 0
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    tail = bytearray()
+    seen = 0
+    deadline = time.monotonic() + timeout_s
+    exited_at = None  # type: Optional[float]
+    eof = False
+    try:
+        while True:
+            now = time.monotonic()
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if exited_at is not None and (eof or now - exited_at >= STOP_DRAIN_S):
+                break
+            if now >= deadline:
+                _end_group(proc)
+                return None, "timed out after %g s (%d bytes of output)" % (timeout_s, seen), \
+                    seen
+            if eof:  # the pipe closed, the command still runs: wait for its exit only
+                try:
+                    proc.wait(timeout=min(deadline - now, 0.2))
+                except subprocess.TimeoutExpired:
+                    pass
+                continue
+            ready, _, _ = select.select([fd], [], [], min(deadline - now, 0.2))
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    eof = True
+                seen += len(chunk)
+                tail += chunk
+                del tail[:-STOP_TAIL_BYTES]
+    finally:
+        proc.stdout.close()
+    lines = tail.decode("utf-8", "replace").strip().splitlines()
+    return proc.returncode, (lines[-1] if lines else ""), seen
+
+
+def _end_group(proc: "subprocess.Popen[bytes]") -> None:
+    """SIGTERM the command's process group, then SIGKILL what is left of it after a grace
+    (the command, or children of it that ignore SIGTERM)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            pass  # the group is gone already (or not ours to signal: a sudo)
+        try:
+            proc.wait(timeout=STOP_TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass  # (after SIGKILL: a process not ours to kill is left, the lease goes on)

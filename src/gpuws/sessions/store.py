@@ -548,6 +548,12 @@ class Store:
         rows = self._conn.execute(_SESSION_SELECT + " ORDER BY s.started DESC").fetchall()
         return [_session_row(row) for row in rows]
 
+    def session_spans(self, host: str) -> list[tuple[float, float | None]]:
+        """When gpuws was connected to ``host``: each session's (started, ended), oldest
+        first (``ended`` None: not ended yet). The lease's stops are checked against it."""
+        return [(float(a), None if b is None else float(b)) for a, b in self._conn.execute(
+            "SELECT started, ended FROM sessions WHERE host = ? ORDER BY started", (host,))]
+
     def session(self, id_or_prefix: str) -> SessionRow:
         """One session by id or unique id prefix.
 

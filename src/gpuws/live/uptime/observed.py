@@ -13,7 +13,10 @@ the stop in one of two ways, and records it as a host action either way:
   replaces the estimate with the exact time.
 
 Every time from the pod is its word: a stop in the future, before the lease's own
-history could begin, or with nonsense idle times is left out, never stored.
+history could begin, or with nonsense idle times is left out, never stored, and counted
+in the status's ``left_out``; the other stops are kept. A stop the laptop's own contacts
+deny is not recorded either: one dated while a session of gpuws had the host answering
+(the lease never fires with a laptop connected), or after the status was read.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ from .power import clock
 FUTURE_SLACK_S = 60.0
 #: Older stops than this are history no export reads (and a forged ``ts = 0`` is refused).
 MAX_AGE_S = 400 * 86_400.0
+#: How far a stop may lie inside a session's span and still be the lease's: the span's
+#: ends are the laptop's times of connecting and disconnecting, the stop's the pod's
+#: moved onto the laptop's clock, which is good to about a round trip.
+CONTACT_SLACK_S = 2.0
 
 
 def to_laptop_clock(status: protocol.LeaseStatus, received: float) -> protocol.LeaseStatus:
@@ -39,36 +46,63 @@ def to_laptop_clock(status: protocol.LeaseStatus, received: float) -> protocol.L
     share the laptop's clock (older agents; the boundary already checked the values)."""
     offset = received - status.now_ts if status.now_ts is not None else 0.0
     stops = []
+    left_out = status.left_out
     for stop in status.stops[-protocol.MAX_LEASE_STOPS:]:
         ts = stop.at + offset
-        if not received - MAX_AGE_S <= ts <= received + FUTURE_SLACK_S:
+        # A stop logged after the pod's own now was written by no lease that ran; without
+        # a ``now_ts`` (an older agent) the laptop's clock, with its slack, is the bound.
+        future = stop.at > status.now_ts if status.now_ts is not None else \
+            ts > received + FUTURE_SLACK_S
+        if future or ts < received - MAX_AGE_S:
+            left_out += 1
             continue
         ended = stop.ended_at + offset if stop.ended_at is not None else None
         stops.append(msgspec.structs.replace(
             stop, at=ts, ended_at=None if ended is None else min(max(ended, ts), received)))
     deadline = status.deadline_ts + offset if status.deadline_ts is not None else None
     return msgspec.structs.replace(status, now_ts=received, deadline_ts=deadline,
-                                   stops=stops)
+                                   stops=stops, left_out=left_out)
 
 
 def lease_seen(store: Store, host: str, status: protocol.LeaseStatus, now: float) -> int:
     """A lease status read at ``now`` (laptop clock): remember an armed lease for the
-    silence to come, record the stops its log holds. Returns how many stops were new."""
+    silence to come, record the stops its log holds that the laptop's own contacts allow
+    (:func:`contradicted`). Returns how many stops were new."""
     if status.armed and status.idle_s is not None:
         store.set_pod_lease(host, status.idle_s, now)
     else:
         store.clear_pod_lease(host)
     new = 0
+    spans = store.session_spans(host)
     for stop in status.stops:
+        if contradicted(stop, spans, now):
+            continue
         outcome = ("its stop_on_pod said it worked" if stop.ok else
                    "its stop_on_pod failed" if stop.ok is False else
                    "the pod went down before its stop_on_pod returned")
         detail = (f"the pod's lease ran stop_on_pod after {clock(stop.idle_for_s)} with no "
                   f"laptop and no run; {outcome} (from the pod's lease log)")
         ended = stop.ended_at if stop.ended_at is not None else stop.at
+        # Nor did it end after gpuws next found the host answering (the billed time ends
+        # at the stop's end: a forged late ``stopped`` line would stretch it).
+        ended = min([ended, now] + [s for s, _ in spans if s >= stop.at])
         if store.add_lease_stop(host, stop.at, ended, ok=stop.ok is not False, detail=detail):
             new += 1
     return new
+
+
+def contradicted(stop: protocol.LeaseStop, spans: list[tuple[float, float | None]],
+                 now: float) -> bool:
+    """Whether the laptop's own contacts deny ``stop`` (on the laptop's clock): it lies
+    after ``now``, or inside a session's span (``(started, ended)``; one not ended yet
+    runs to ``now``), when the host answered gpuws and the lease does not fire."""
+    if stop.at > now:
+        return True
+    for started, ended in spans:
+        end = now if ended is None else ended
+        if started + CONTACT_SLACK_S < stop.at < end - CONTACT_SLACK_S:
+            return True
+    return False
 
 
 def contact(store: Store, host: str, now: float) -> None:

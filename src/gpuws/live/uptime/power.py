@@ -15,6 +15,8 @@ whether it had its effect or not, for the export's billed time.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -62,37 +64,111 @@ async def recorded(save: Save, host: str, action: str) -> AsyncIterator[None]:
     await save(host, action, started, time.time(), True, "")
 
 
+#: How much of a tool's stderr is kept for its error message (the end: the provider's
+#: tools put the cause last, after progress noise); the rest is read and dropped, so a
+#: tool that floods (4.33 GB once, from a CLI stuck retrying) costs no memory.
+TAIL_BYTES = 64 * 1024
+#: After the tool exits, how long its last words may take to arrive. A child it left
+#: behind may hold stderr open for ever: the tool is judged by its own exit status, and
+#: the pipe is then closed on the child (it is not ours to kill: a daemon the person
+#: wanted would have left the group with setsid anyway).
+DRAIN_S = 1.0
+#: Between SIGTERM to the tool's process group and SIGKILL to what is left of it.
+TERM_GRACE_S = 3.0
+
+
+class _Tool(asyncio.SubprocessProtocol):
+    """The provider's tool as seen from the event loop: stderr's last :data:`TAIL_BYTES`,
+    and its exit (known when the process ends, not when its pipes close)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.tail = bytearray()
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.closed: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self.tail += data
+        if len(self.tail) > TAIL_BYTES:
+            del self.tail[:-TAIL_BYTES]
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
 async def run_command(argv: Sequence[str], which: str, host: str, *,
                       timeout_s: float) -> None:
     """Run ``argv`` on the laptop; a failure is one :class:`PowerError` with its stderr's
-    last line (the provider's tools put the cause there, after progress noise)."""
+    last line (the provider's tools put the cause there, after progress noise).
+
+    The tool runs in a process group of its own: the timeout (and a cancellation) ends the
+    whole group, SIGTERM then SIGKILL, so nothing it started goes on billing unseen. Its
+    stderr is read as it comes and only the tail kept (:data:`TAIL_BYTES`).
+    """
+    loop = asyncio.get_running_loop()
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE)
+        transport, tool = await loop.subprocess_exec(
+            lambda: _Tool(loop), *argv, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True)
     except OSError as exc:
         raise PowerError(f"{which} command for {host} could not run: {argv[0]}: "
                          f"{exc.strerror or exc}",
                          remedy=f"install it, or fix `{which}` under [hosts.{host}]") from exc
     try:
-        _, err = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except asyncio.CancelledError:
-        # The person gave up (the TUI's Back): the provider's tool must not go on alone.
-        proc.kill()
-        await proc.wait()
-        raise
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise PowerError(f"{which} command for {host} ran past {timeout_s:g} s: {argv[0]}",
-                         remedy="check the provider's tool by hand, or raise --timeout"
-                         ) from None
-    if proc.returncode != 0:
-        lines = [ln for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
+        try:
+            await asyncio.wait_for(asyncio.shield(tool.exited), timeout_s)
+        except asyncio.CancelledError:
+            # The person gave up (the TUI's Back): the provider's tool must not go on alone.
+            await asyncio.shield(_end_group(transport, tool))
+            raise
+        except TimeoutError:
+            await asyncio.shield(_end_group(transport, tool))
+            raise PowerError(f"{which} command for {host} ran past {timeout_s:g} s: "
+                             f"{argv[0]}",
+                             remedy="check the provider's tool by hand, or raise --timeout"
+                             ) from None
+        try:  # its last words, unless a child it left holds the pipe
+            await asyncio.wait_for(asyncio.shield(tool.closed), DRAIN_S)
+        except TimeoutError:
+            pass
+        code = transport.get_returncode()
+    finally:
+        transport.close()
+    if code != 0:
+        lines = [ln for ln in bytes(tool.tail).decode("utf-8", "replace").splitlines()
+                 if ln.strip()]
         last = lines[-1].strip() if lines else "(no stderr)"
-        raise PowerError(f"{which} command for {host} failed (exit {proc.returncode}): "
+        raise PowerError(f"{which} command for {host} failed (exit {code}): "
                          f"{last[:300]}",
                          remedy=f"fix the cause it names, or `{which}` under [hosts.{host}]")
+
+
+async def _end_group(transport: asyncio.SubprocessTransport, tool: _Tool) -> None:
+    """SIGTERM the tool's process group, give it :data:`TERM_GRACE_S` to go, then SIGKILL
+    whatever of the group is left (the tool itself, or children that ignore SIGTERM)."""
+    pgid = transport.get_pid()  # start_new_session: the group's id is the tool's pid
+    _signal_group(pgid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(asyncio.shield(tool.exited), TERM_GRACE_S)
+    except TimeoutError:
+        pass
+    _signal_group(pgid, signal.SIGKILL)
+    try:  # (a tool run under sudo may not be ours to kill: bounded, then left)
+        await asyncio.wait_for(asyncio.shield(tool.exited), TERM_GRACE_S)
+    except TimeoutError:
+        pass
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone already
 
 
 async def answers(target: Target) -> bool:
