@@ -52,3 +52,11 @@ def test_an_unknown_word_with_no_near_command_says_where_the_list_is() -> None:
     # A hostile word is shown, never interpreted by the terminal.
     line = one_line(gpuws("\x1b]0;pwned\x07doc"), 2)
     assert "\x1b" not in line and "\x07" not in line
+
+
+def test_a_pasted_command_line_is_no_host_and_is_said_so() -> None:
+    """Finding 13b: text typed into Home's box (or after `gpuws doctor`) was called a
+    configuration error, with an unquoted `ssh -G …` that ran a second command when pasted."""
+    line = one_line(gpuws("doctor", "clear; gpuws connect local"), 2)
+    assert "'clear; gpuws connect local' is not a host name" in line, line
+    assert "ssh -G" not in line and "Configuration error" not in line
