@@ -32,9 +32,20 @@ Per host (or under ``[defaults]``):
   for that long stops the pod through ``stop_on_pod``;
 - ``stop_running``: ``true`` lets the idle stop stop a pod whose run is still going
   (default ``false``: a run in progress holds it off);
-- ``budget_action``: ``"warn"`` (default) or ``"stop"``: what reaching ``budget_usd`` does.
+- ``budget_action``: ``"warn"`` (default) or ``"stop"``: what reaching ``budget_usd`` does;
+- ``stop_wait_s``: seconds the budget's stop waits for the host to stop answering SSH
+  (default 300); a host that still answers is said not stopped, and may still bill.
 
-Every key left out of a host's table is taken from ``[defaults]``.
+``budget_usd`` is per host, per pod start and per day: it counts what the host's sessions
+cost (connected time × rate, every ``gpuws`` command and TUI connection together) since
+the latest of the last start or stop gpuws recorded for it (``gpuws start``/``stop``,
+``--start``, a budget stop) and local midnight. Two ``gpuws run`` in a row count together.
+
+Every key left out of a host's table is taken from ``[defaults]``, except the keys that
+can stop or power off a machine (:data:`MACHINE_STOPPING`): those never come from
+``[defaults]`` for ``local`` nor for a host that turns out to be this very machine (its
+machine id or boot id is the laptop's, e.g. an ssh alias for 127.0.0.1). Only the host's
+own ``[hosts.NAME]`` table arms them there, and gpuws says once that it left them out.
 
 An unknown key is an error (a typo must not silently cost money), reported with the file
 and the offending path.
@@ -60,13 +71,22 @@ Argv = Annotated[list[Annotated[str, msgspec.Meta(min_length=1)]], msgspec.Meta(
 Minutes = Annotated[float, msgspec.Meta(gt=0, le=60 * 24 * 366)]
 BudgetAction = Literal["warn", "stop"]
 
+#: The name of this machine as a host (``gpuws connect local``): no SSH, the agent runs here.
+LOCAL_HOST = "local"
+#: The keys that can stop, power off or bill-stop a machine: taken from ``[defaults]`` only
+#: for a host that is not this machine. ``shutdown -h now`` in ``[defaults]`` (natural with
+#: several VMs) must not power off the laptop after ``gpuws connect local``.
+MACHINE_STOPPING = ("stop", "stop_on_pod", "idle_stop_minutes", "stop_running",
+                    "budget_action")
+
 
 class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Settings for one host (or the defaults for every host).
 
     Attributes:
         rate_usd_per_hour: what the pod costs per hour of connected time, in US dollars.
-        budget_usd: the session cost at which gpuws warns, in US dollars.
+        budget_usd: what the host may cost per pod start and per day (see the module's
+            docstring for the window), in US dollars; gpuws warns at 80% and 100%.
         max_output_mib: the most of a run's output (its ``output`` events, as stored)
             the laptop stores, in MiB; ``None`` is the default, 64
             (:data:`gpuws.live.account.DEFAULT_MAX_OUTPUT_MIB`). Past it, output is
@@ -81,6 +101,8 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             ``None`` (left out) means false.
         budget_action: ``"warn"`` or ``"stop"`` at 100% of ``budget_usd``; ``None`` (left
             out) means ``"warn"``.
+        stop_wait_s: seconds the budget's stop waits for the host to stop answering;
+            ``None`` means 300 (:data:`gpuws.live.uptime.power.WAIT_S`).
     """
 
     rate_usd_per_hour: NonNegative | None = None
@@ -92,6 +114,7 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     idle_stop_minutes: Minutes | None = None
     stop_running: bool | None = None
     budget_action: BudgetAction | None = None
+    stop_wait_s: Positive | None = None
 
     @property
     def may_stop_running(self) -> bool:
@@ -128,7 +151,8 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The whole config file.
 
     Attributes:
-        defaults: settings for hosts that have no ``[hosts.NAME]`` table (or leave a field out).
+        defaults: settings for hosts that have no ``[hosts.NAME]`` table (or leave a field
+            out); never the :data:`MACHINE_STOPPING` keys for this machine.
         hosts: per-host settings, keyed by the name given to ``gpuws connect``
             (an ssh-config alias, or ``user@host[:port]``).
         pull: the bounds on pulling a run's artifacts (:class:`PullConfig`).
@@ -193,25 +217,75 @@ def _where(data: dict[str, Any], exc: msgspec.ValidationError) -> str:
     return str(exc)
 
 
-def host_config(config: Config, host_alias: str | None) -> HostConfig:
+def host_config(config: Config, host_alias: str | None, *,
+                this_machine: bool = False) -> HostConfig:
     """The effective settings for a host: its own table over the defaults, field by field.
 
     A field left out of both stays ``None``; :attr:`HostConfig.may_stop_running` and
     :attr:`HostConfig.stops_at_budget` say what that means for the two that have a default.
+    For ``local``, or a host known to be this machine (``this_machine``), the
+    :data:`MACHINE_STOPPING` keys come from its own table only
+    (:func:`withheld_defaults` names those left out).
 
     The alias is looked up as given, then as its bare host name (``user@gpu1:2222`` →
     ``gpu1``), so one entry covers the different ways of spelling the same pod.
+
+    Args:
+        config: the decoded config file.
+        host_alias: the host as given to a command, or ``None`` for the defaults alone.
+        this_machine: the host was found to be the laptop itself (its probe's machine id).
+
+    Returns:
+        The merged settings.
     """
-    entry: HostConfig | None = None
-    if host_alias:
-        entry = config.hosts.get(host_alias) or config.hosts.get(_bare_host(host_alias))
+    entry = _entry(config, host_alias)
+    guarded = this_machine or is_local(host_alias)
     merged: dict[str, Any] = {}
     for name in HostConfig.__struct_fields__:
         value = getattr(entry, name) if entry is not None else None
-        if value is None:
+        if value is None and not (guarded and name in MACHINE_STOPPING):
             value = getattr(config.defaults, name)
         merged[name] = value
     return HostConfig(**merged)
+
+
+def is_local(host_alias: str | None) -> bool:
+    """Whether the alias names this machine without SSH (``gpuws connect local``)."""
+    return host_alias == LOCAL_HOST
+
+
+def withheld_defaults(config: Config, host_alias: str | None, *,
+                      this_machine: bool = False) -> list[str]:
+    """The ``[defaults]`` keys :func:`host_config` left out because the host is this
+    machine: set in ``[defaults]``, not in the host's own table; ``[]`` for any other host.
+
+    Args:
+        config: the decoded config file.
+        host_alias: the host as given to a command.
+        this_machine: the host was found to be the laptop itself.
+
+    Returns:
+        The keys' names, in :data:`MACHINE_STOPPING`'s order.
+    """
+    if not (this_machine or is_local(host_alias)):
+        return []
+    entry = _entry(config, host_alias)
+    return [name for name in MACHINE_STOPPING
+            if getattr(config.defaults, name) is not None
+            and (entry is None or getattr(entry, name) is None)]
+
+
+def withheld_note(host: str, keys: list[str]) -> str:
+    """The one line that says why this machine's lease or stop was not armed."""
+    why = "is this machine" if not is_local(host) else "runs on this machine"
+    return (f"{host} {why}: {', '.join(keys)} in [defaults] not applied to it (they could "
+            f"stop or power off the laptop); set them under [hosts.{host}] to arm them here")
+
+
+def _entry(config: Config, host_alias: str | None) -> HostConfig | None:
+    if not host_alias:
+        return None
+    return config.hosts.get(host_alias) or config.hosts.get(_bare_host(host_alias))
 
 
 def _bare_host(alias: str) -> str:

@@ -14,7 +14,7 @@ answers a request.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -333,6 +333,10 @@ class PythonChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     candidates: list[PythonCandidate] = msgspec.field(default_factory=list)
 
 
+#: A machine id or boot id as systemd and the kernel write them (hex, the boot id dashed).
+HostId = Annotated[str, msgspec.Meta(pattern=r"\A[0-9a-f-]{1,64}\Z")]
+
+
 class Probe(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Everything the agent learns about the pod without a GPU context."""
 
@@ -362,6 +366,11 @@ class Probe(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     probe_s: float = 0.0
     #: The interpreter workloads run under (None from agents before this field).
     python_choice: PythonChoice | None = None
+    #: The pod's ``/etc/machine-id`` and kernel boot id (lowercase hex and dashes, at most
+    #: 64): equal to the laptop's, the "pod" is the laptop itself (an alias for 127.0.0.1),
+    #: and ``[defaults]`` may not arm a stop there. None: unreadable, or an older agent.
+    machine_id: HostId | None = None
+    boot_id: HostId | None = None
 
 
 class ProbeResult(Event, kw_only=True, tag="probe_result"):

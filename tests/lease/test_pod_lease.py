@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,35 +26,16 @@ import pytest
 from gpuws.cli import main
 from gpuws.remote_agent.lease import check_settings
 from lease.leasekit import script, stop_on_pod, wait_marker  # type: ignore[import-not-found]
-from sshd import SshServer, find_sshd  # type: ignore[import-not-found]
+from sshd import SshServer  # type: ignore[import-not-found]
 
 IDLE_MIN = 0.05  # 3 s
 
 
-@pytest.fixture
-def pod(tmp_path: Path) -> Iterator[SshServer]:
-    if find_sshd() is None:
-        pytest.skip("OpenSSH sshd is not installed")
-    server = SshServer(tmp_path / "pod", "default").start()
-    try:
-        yield server
-    finally:
-        _release(server)
-        server.stop()
-
-
-def _release(server: SshServer) -> None:
-    """No lease process may outlive its test: settings gone, it exits at its next look."""
-    settings = server.pod_cache / "lease" / "settings.json"
-    if settings.exists():
-        settings.unlink()
-
-
 def _config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pod: SshServer,
-            extra: str = "") -> Path:
+            extra: str = "", idle_min: float = IDLE_MIN) -> Path:
     on_pod, marker = stop_on_pod(tmp_path, pod.root)
     cfg = tmp_path / "config.toml"
-    cfg.write_text(f"[hosts.pod]\nidle_stop_minutes = {IDLE_MIN}\n"
+    cfg.write_text(f"[hosts.pod]\nidle_stop_minutes = {idle_min}\n"
                    f"stop_on_pod = [\"{on_pod}\"]\n{extra}")
     monkeypatch.setenv("GPUWS_CONFIG", str(cfg))
     monkeypatch.setenv("GPUWS_HOME", str(tmp_path / "home"))
@@ -116,14 +97,16 @@ def test_a_killed_laptop_still_stops_the_pod_after_its_run_and_the_idle_time(
 def test_each_contact_renews_the_lease(pod: SshServer, tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    marker = _config(tmp_path, monkeypatch, pod)
+    # 7.2 s: each doctor must reach the pod within the idle time after a 2 s pause; with
+    # 3 s, a loaded machine's SSH connect (over 1 s on 2 shared cores) let the lease fire.
+    marker = _config(tmp_path, monkeypatch, pod, idle_min=0.12)
     ssh = str(pod.client_files(tmp_path / "ssh"))
     assert main(["doctor", "pod", "-F", ssh]) == 0
     out = capsys.readouterr().out
     # The doctor itself holds the pod while it is connected.
-    assert "auto-stop 0:03 after the last laptop and run (1 laptop(s)" in out, out
+    assert "auto-stop 0:07 after the last laptop and run (1 laptop(s)" in out, out
     contacts = []
-    for _ in range(3):  # contacts every ~2 s, each within the 3 s idle time
+    for _ in range(3):  # contacts every ~2 s, each within the 7.2 s idle time
         time.sleep(2.0)
         contacts.append(time.time())
         assert main(["doctor", "pod", "-F", ssh, "--json"]) == 0
@@ -180,20 +163,27 @@ def test_a_budget_that_stops_stops_the_pod_once_and_records_it(
         pod: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """budget_action = "stop" (point 3): at 100% the host's own `stop` runs, said and
-    recorded; at 80% only a warning. $3,600/h makes a $2 budget last 2 s."""
+    recorded once the host stops answering; at 80% only a warning. $3,600/h makes an $8
+    budget last 8 s (a connect of a few seconds stays under 80%). The stop stops the pod's
+    sshd (the run's own connection goes on, as a pod's does until the provider cuts it)."""
     marker = tmp_path / "laptop_stopped"
-    stop = script(tmp_path / "stop.sh", f"date +%s.%N > {marker}\n")
+    stop = script(tmp_path / "stop.sh", f"date +%s.%N > {marker}\n"
+                                        f"kill $(cat {pod.root / 'sshd.pid'})\n")
     cfg = tmp_path / "config.toml"
-    cfg.write_text(f"[hosts.pod]\nbudget_usd = 2\nbudget_action = \"stop\"\n"
+    cfg.write_text(f"[hosts.pod]\nbudget_usd = 8\nbudget_action = \"stop\"\n"
                    f"stop = [\"{stop}\"]\n")
     monkeypatch.setenv("GPUWS_CONFIG", str(cfg))
     monkeypatch.setenv("GPUWS_HOME", str(tmp_path / "home"))
     ssh = str(pod.client_files(tmp_path / "ssh"))
-    assert main(["run", "pod", "-F", ssh, "-w", "cmd:sleep 5", "--rate", "3600"]) == 0
+    assert main(["run", "pod", "-F", ssh, "-w", "cmd:sleep 12", "--rate", "3600"]) == 0
     err = capsys.readouterr().err
-    assert "80% of its $2.00 budget" in err and "the pod keeps billing" in err
-    assert "100% of its $2.00 budget" in err and "stopping the pod" in err
-    assert "pod stopped by its `stop` command at 100% of the budget" in err
+    # Each line gives the share it measured (a late wake-up reads 81%, not "80%").
+    warn = re.search(r"this pod has cost \$\S+ since midnight \(1 session\), (\d+)% of its "
+                     r"\$8\.00 budget at \$3600\.00/h: the pod keeps billing", err)
+    assert warn is not None and 80 <= int(warn[1]) < 100, err
+    stopping = re.search(r"(\d+)% of its \$8\.00 budget at \$3600\.00/h: stopping the pod", err)
+    assert stopping is not None and int(stopping[1]) >= 100, err
+    assert "pod stopped by its `stop` command at 100% of the budget: it no longer answers" in err
     assert marker.exists()
     from gpuws.sessions.store import Store
 

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from .. import protocol
 from ..client import AgentClient
+from ..config import load_config, withheld_defaults, withheld_note
 from ..errors import AuthError, ConnectError, GpuwsError, HostKeyError, UsageError
 from ..gpu import evidence, gpus
 from ..live.uptime import lease as podlease
@@ -51,11 +52,16 @@ async def doctor(args: argparse.Namespace) -> int:
         plan = await client.nsys_plan()
         report["nsys"]["plan"] = msgspec.to_builtins(plan)
         report["timings"]["nsys_plan_s"] = time.monotonic() - t1
-        lease = await podlease.arm(client, args.host)
+        here = podlease.is_this_machine(probe)
+        lease = await podlease.arm(client, args.host, this_machine=here)
+        withheld = withheld_defaults(load_config(), args.host, this_machine=here)
+        if withheld:  # said once, before the report: why no lease where [defaults] has one
+            print(f"gpuws: note: {withheld_note(args.host, withheld)}", file=sys.stderr)
         with Store() as store:
             learnt = observed.lease_seen(store, args.host, lease, time.time())
         report["lease"] = dict(msgspec.to_builtins(lease), said=podlease.describe(lease),
-                               stops_recorded=learnt)
+                               stops_recorded=learnt, this_machine=here,
+                               withheld_defaults=withheld)
         if not args.json:
             render(report)
         if install:

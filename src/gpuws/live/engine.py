@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from .. import protocol
 from ..client import AgentClient
-from ..config import host_config, load_config
+from ..config import host_config, load_config, withheld_defaults, withheld_note
 from ..errors import (
     AuthError,
     ConnectError,
@@ -38,7 +38,13 @@ from ..errors import (
     UsageError,
 )
 from ..sessions.artifacts import Progress, PullResult, pull_run
-from ..sessions.cost import BUDGET_WARN_FRACTION, resolve_budget, resolve_rate
+from ..sessions.cost import (
+    BUDGET_WARN_FRACTION,
+    BudgetWindow,
+    budget_window,
+    resolve_budget,
+    resolve_rate,
+)
 from ..sessions.store import Store
 from ..text import humanfmt
 from ..text.textsafe import visible
@@ -156,6 +162,8 @@ class Engine:
         self._lease: SessionLease | None = None
         #: The pod's own lease (the idle auto-stop), as the agent last said it stands.
         self.pod_lease: protocol.LeaseStatus | None = None
+        #: The pod is the laptop itself (its probe's machine id): [defaults] stops nothing.
+        self.this_machine = False
         self._finished: dict[str, protocol.RunFinished] = {}
         #: Runs followed before a reconnect that the pod would not resume (gone, refused).
         self._unresumable: dict[str, GpuwsError] = {}
@@ -259,25 +267,34 @@ class Engine:
             # A reconnect: the session (a connection-lifetime to the person) goes on.
             return Link(target, client, probe, self.session_id, self.link.rate,
                         self.link.budget, self.link.following)
+        from .uptime.lease import is_this_machine
+
         cfg = load_config()
         rate = resolve_rate(target.rate, target.host, cfg)
         budget = resolve_budget(None, target.host, cfg)
         max_output = host_config(cfg, target.host).max_output_mib
         if max_output is not None:
             self.account.max_output_bytes = int(max_output * 2**20)
+        self.this_machine = is_this_machine(probe)
+        withheld = withheld_defaults(cfg, target.host, this_machine=self.this_machine)
+        if withheld:  # once per session (reconnects return above); a warning: headless
+            # runs print warnings only, and the person must learn why nothing was armed.
+            self._notice("warning", "lease", "note: " + withheld_note(target.host, withheld))
         kind = transport_label(client)
         now = self.now()
 
-        def record(s: Store) -> str:
+        def record(s: Store) -> tuple[str, BudgetWindow]:
+            # What the host cost before this session, read before it is opened.
+            window = budget_window(s, target.host, started_wall)
             sid = s.open_session(target.host, kind, probe, rate, budget, started=started_wall)
             s.add_phase(sid, None, "connect", started_wall, now)
-            return sid
+            return sid, window
 
-        session_id = await self.store.call(record)
+        session_id, window = await self.store.call(record)
         self._lease = SessionLease(session_id)
         self.feed.set_session(session_id)
         if rate and budget is not None:
-            self._spawn(self._watch_budget(rate, budget, started_wall, target.host),
+            self._spawn(self._watch_budget(rate, budget, started_wall, target, window),
                         "gpuws-budget")
         self._spawn(self._arm_pod_lease(client, target.host), "gpuws-pod-lease")
         return Link(target, client, probe, session_id, rate, budget)
@@ -288,7 +305,7 @@ class Engine:
         from .uptime.lease import arm, describe
         from .uptime.observed import lease_seen
 
-        status = self.pod_lease = await arm(client, host)
+        status = self.pod_lease = await arm(client, host, this_machine=self.this_machine)
         now = self.now()
         learnt = await self.store.call(lambda s: lease_seen(s, host, status, now))
         if learnt:
@@ -298,7 +315,8 @@ class Engine:
                          "each stop)")
         if self.pod_lease.armed:
             self._notice("information", "lease", "pod lease: " + describe(self.pod_lease))
-        elif host_config(load_config(), host).idle_stop_minutes is not None:
+        elif host_config(load_config(), host,
+                         this_machine=self.this_machine).idle_stop_minutes is not None:
             self._notice("warning", "lease", describe(self.pod_lease))
 
     def _attach_client(self, link: Link) -> None:
@@ -666,29 +684,42 @@ class Engine:
         return self.link
 
     async def _watch_budget(self, rate: float, budget: float, started_wall: float,
-                            host: str = "") -> None:
-        """Say so, to every face, when the session's cost reaches 80% and then 100% of its
-        budget (cost accrues for connected wall time at ``rate``: the moments are known in
-        advance, so nothing polls). Headless runs were silent about it before."""
+                            target: Target, window: BudgetWindow) -> None:
+        """Say so, to every face, when the host's cost in its budget window (per pod start
+        and per day, :class:`BudgetWindow`: earlier sessions' and this one's) reaches 80%
+        and then 100% of its budget. This session's cost accrues for connected wall time at
+        ``rate``: the moments are known in advance, so nothing polls. A step already passed
+        when the session opens is said at once, with the share it has reached; past 100%,
+        only the 100% line."""
         steps: tuple[tuple[float, Severity], ...] = ((BUDGET_WARN_FRACTION, "warning"),
                                                      (1.0, "error"))
+        host = target.host
+        earlier = window.spent_usd
         for fraction, severity in steps:
-            at = started_wall + fraction * budget / rate * 3600.0
+            at = started_wall + max(0.0, fraction * budget - earlier) / rate * 3600.0
             await asyncio.sleep(max(0.0, at - self.now()))
-            spent = rate * (self.now() - started_wall) / 3600.0
-            cfg = host_config(load_config(), host) if host else None
-            stopping = fraction >= 1.0 and cfg is not None and cfg.stops_at_budget
+            spent = earlier + rate * (self.now() - started_wall) / 3600.0
+            if fraction < 1.0 and spent >= budget:
+                continue  # already all spent (a slow connect, earlier sessions): one line
+            share = spent / budget  # what it is, not the step: a slow connect overshoots
+            cfg = host_config(load_config(), host, this_machine=self.this_machine)
+            stopping = fraction >= 1.0 and cfg.stops_at_budget
+            sessions = window.sessions + 1
             self._notice(severity, "budget", (
-                f"this session has cost {humanfmt.usd(spent)}, {fraction:.0%} of its "
+                f"this pod has cost {humanfmt.usd(spent)} {window.words()} ({sessions} "
+                f"session{'s' if sessions != 1 else ''}), {share:.0%} of its "
                 f"{humanfmt.usd(budget)} budget at {humanfmt.usd(rate)}/h: "
                 + ("stopping the pod (budget_action = \"stop\")" if stopping else
                    "the pod keeps billing until it is stopped")))
-            if stopping and cfg is not None:
-                await self._stop_host(host, cfg.stop)
+            if stopping:
+                await self._stop_host(target, cfg.stop, cfg.stop_wait_s)
 
-    async def _stop_host(self, host: str, argv: list[str] | None) -> None:
-        """The host's own ``stop`` (issue 22, point 3), on the laptop, recorded in the store
-        whether it worked or not; the outcome said in one line."""
+    async def _stop_host(self, target: Target, argv: list[str] | None,
+                         wait_s: float | None) -> None:
+        """The host's own ``stop`` (issue 22, point 3), on the laptop, believed only once
+        the host stops answering SSH (:func:`uptime.power.stop`, as ``gpuws stop``);
+        recorded in the store whether it worked or not; the outcome said in one line."""
+        host = target.host
         if not argv:
             self._notice("error", "budget", f"budget_action is \"stop\" but {host} has no "
                          f"`stop` command: add stop = [\"…\"] under [hosts.{host}]; the pod "
@@ -696,15 +727,17 @@ class Engine:
             return
         from .uptime import power
 
+        wait = power.WAIT_S if wait_s is None else wait_s
         try:
             async with power.recorded(self.save_host_action, host, "stop"):
-                await power.run_command(argv, "stop", host, timeout_s=power.START_TIMEOUT_S)
-        except power.PowerError as exc:
+                await power.stop(target, argv, wait_s=wait, timeout_s=power.START_TIMEOUT_S,
+                                 on_wait=_ignore_wait)
+        except GpuwsError as exc:  # PowerError, or a host that refused (it still answers)
             self._notice("error", "budget", f"{exc.message}: the pod may still bill; stop it "
                                             "in the provider's console")
             return
         self._notice("warning", "budget", f"{host} stopped by its `stop` command at 100% "
-                                          "of the budget")
+                                          "of the budget: it no longer answers SSH")
 
     async def save_host_action(self, host: str, action: str, started: float, ended: float,
                                 ok: bool, detail: str) -> None:
@@ -716,6 +749,10 @@ class Engine:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _ignore_wait(_what: str, _left: float) -> None:
+    """The budget stop's countdown is not shown: one line says the outcome."""
 
 
 def _lost_reason(client: AgentClient) -> str:

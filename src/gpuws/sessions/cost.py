@@ -8,6 +8,7 @@ person can most easily stop paying for.
 
 from __future__ import annotations
 
+import datetime
 import time
 
 import msgspec
@@ -83,12 +84,70 @@ def resolve_rate(flag: float | None, host_alias: str | None, config: Config) -> 
 
 
 def resolve_budget(flag: float | None, host_alias: str | None, config: Config) -> float | None:
-    """The session budget in dollars, resolved like :func:`resolve_rate`."""
+    """The host's budget in dollars (per pod start and per day, :class:`BudgetWindow`),
+    resolved like :func:`resolve_rate`."""
     if flag is not None:
         if flag < 0:
             raise UsageError(f"a budget of {flag} $ is negative")
         return flag
     return host_config(config, host_alias).budget_usd
+
+
+class BudgetWindow(msgspec.Struct, frozen=True, kw_only=True):
+    """What a host's budget counts (``budget_usd`` is per pod start and per day): the host's
+    sessions since the latest of the last start and the last stop gpuws recorded for it
+    (a stop ends what the provider bills; the next stretch is a new start, perhaps in the
+    provider's console) and local midnight.
+
+    A session reads it once, when it opens, and adds its own cost as it goes: a session
+    that runs past midnight keeps counting in the window it opened in, and another
+    ``gpuws`` connected at the same time is counted up to that moment only.
+
+    Attributes:
+        since: the window's start (epoch seconds).
+        began: what started it: ``"start"``, ``"stop"`` or ``"day"`` (local midnight).
+        spent_usd: what the host's sessions cost in it up to the moment it was read.
+        sessions: how many sessions that was.
+    """
+
+    since: float
+    began: str
+    spent_usd: float
+    sessions: int
+
+    def words(self) -> str:
+        """``since its start at 09:40`` (local time), for the budget's messages."""
+        at = time.strftime("%H:%M", time.localtime(self.since))
+        return {"start": f"since its start at {at}",
+                "stop": f"since it was stopped at {at}"}.get(self.began, "since midnight")
+
+
+def budget_window(store: Store, host: str, now: float) -> BudgetWindow:
+    """The host's budget window up to ``now``, with what it has cost so far.
+
+    Args:
+        store: the session store (its sessions and host actions).
+        host: the host as its sessions record it.
+        now: the end of the window (a new session's start: its own cost is not in it).
+
+    Returns:
+        The window; see :class:`BudgetWindow` for where it begins.
+    """
+    since, began = local_midnight(now), "day"
+    for action in store.host_actions(host):
+        # Billing begins when a start is asked for and ends when a stop has stopped; only
+        # what had its effect counts: a stop that did not stop ended no billing.
+        at = action.started if action.action == "start" else action.ended
+        if action.ok and since < at <= now:
+            since, began = at, action.action
+    spent, count = store.host_spend(host, since, now)
+    return BudgetWindow(since=since, began=began, spent_usd=spent, sessions=count)
+
+
+def local_midnight(now: float) -> float:
+    """The start of ``now``'s day on the laptop's clock (epoch seconds)."""
+    day = datetime.datetime.fromtimestamp(now).astimezone()
+    return day.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
 
 
 def economics(store: Store, session_id: str, now: float | None = None) -> Economics:

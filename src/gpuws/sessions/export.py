@@ -741,8 +741,20 @@ def _billed(store: Store, session: SessionRow, e: Economics) -> list[str]:
     this session to the stop after it (gpuws's, the pod's lease's from its log, or the one
     the host's silence after the lease's deadline implies), beside the connected time, the
     rest named as billed with nobody connected. Nothing when no start or stop is known."""
-    actions = [a for a in store.host_actions(session.host) if a.ok]
+    every = store.host_actions(session.host)
+    actions = [a for a in every if a.ok]
     end = session.ended if session.ended is not None else time.time()
+    # A stop gpuws ran that the host still answered after (a budget's, `gpuws stop`'s)
+    # ended nothing: said as such, never as "Stopped".
+    failed = [f"A stop gpuws ran at {_when(a.started)} did not stop the pod "
+              f"({md_text(a.detail or 'no reason recorded', 300)}): it may still bill."
+              for a in every if a.action == "stop" and not a.ok and a.by == "gpuws"
+              and session.started <= a.started <= end]
+    return _billed_lines(actions, session, e, end) + (["", *failed] if failed else [])
+
+
+def _billed_lines(actions: list[HostActionRow], session: SessionRow, e: Economics,
+                  end: float) -> list[str]:
     start = next((a for a in reversed(actions)
                   if a.action == "start" and a.started <= session.started), None)
     if start is not None and any(a.action == "stop" and start.started < a.started

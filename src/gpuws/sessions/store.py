@@ -868,6 +868,36 @@ class Store:
         return [HostActionRow(id=i, host=h, action=a, started=st, ended=e, ok=bool(k),
                               detail=d, by=b) for i, h, a, st, e, k, d, b in rows]
 
+    def host_spend(self, host: str, since: float, until: float) -> tuple[float, int]:
+        """What ``host``'s sessions cost between ``since`` and ``until`` (the budget's
+        window, :func:`gpuws.sessions.cost.budget_window`), and how many sessions that was.
+
+        A session's cost is its connected time inside the window × its rate; one still
+        open counts up to ``until``; time two sessions were connected at once (two
+        ``gpuws`` commands on one pod) is counted once, at the earlier session's rate, as
+        the pod bills it once. A session without a rate costs nothing known.
+
+        Args:
+            host: the host as the sessions recorded it.
+            since: the window's start (epoch seconds).
+            until: its end.
+
+        Returns:
+            ``(dollars, sessions)``; sessions counts those with connected time in it.
+        """
+        rows = self._conn.execute(
+            "SELECT started, COALESCE(ended, ?), rate_usd_per_hour FROM sessions"
+            " WHERE host = ? AND started < ? AND COALESCE(ended, ?) > ? ORDER BY started",
+            (until, host, until, until, since)).fetchall()
+        spent, count, covered = 0.0, 0, since
+        for started, ended, rate in rows:
+            lo, hi = max(float(started), covered), min(float(ended), until)
+            count += 1
+            if hi > lo and rate is not None:
+                spent += (hi - lo) * float(rate) / 3600.0
+            covered = max(covered, hi)
+        return spent, count
+
     def add_lease_stop(self, host: str, started: float, ended: float, *, ok: bool,
                        detail: str) -> bool:
         """Record a stop the pod's lease logged, once: one already recorded within

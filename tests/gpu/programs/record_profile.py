@@ -25,7 +25,7 @@ def main() -> None:
                  with_stack=True, record_shapes=False) as prof:
         runpy.run_path(program, run_name="__main__")
         torch.cuda.synchronize()
-    base = os.path.join(out, "%s-rank%s" % (tag, rank))
+    base = os.path.join(out, f"{tag}-rank{rank}")
     prof.export_chrome_trace(base + ".trace.json")
     with open(base + ".keyavg.txt", "w") as f:
         f.write(prof.key_averages().table(sort_by="cuda_time_total", row_limit=-1,

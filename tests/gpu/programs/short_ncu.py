@@ -8,7 +8,7 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-import short_kernel as sk  # noqa: E402
+import short_kernel as sk
 
 sk.setup()
 cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")

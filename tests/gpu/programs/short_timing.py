@@ -13,7 +13,7 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-import short_kernel as sk  # noqa: E402
+import short_kernel as sk
 
 
 def events(flush: bool, reps: int = 300) -> list:

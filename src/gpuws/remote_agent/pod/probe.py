@@ -42,6 +42,35 @@ def _read(path: str, limit: int = 1 << 20) -> str | None:
 
 
 # ----------------------------------------------------------------------------- host
+#: Where systemd (and, before it, D-Bus) keep the machine's id; a container has its own
+#: or none, a VM its own, and the same machine reached over SSH the same one.
+MACHINE_ID_PATHS = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+#: The running kernel's id, new at every boot: equal on two ends, they share one kernel.
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+_HOST_ID = re.compile(r"[0-9a-f-]{1,64}")
+
+
+def host_id(text: str | None) -> str | None:
+    """A machine id or boot id as read (lowercased, stripped), or None for anything that
+    is not 1-64 hex digits and dashes (the laptop refuses other values in a probe)."""
+    if text is None:
+        return None
+    value = text.strip().lower()
+    return value if _HOST_ID.fullmatch(value) else None
+
+
+def machine_ids(paths: Iterable[str] = MACHINE_ID_PATHS,
+                boot_path: str = BOOT_ID_PATH) -> dict[str, str | None]:
+    """This machine's ``machine_id`` (the first readable of ``paths``) and ``boot_id``;
+    the laptop reads its own with the same function to compare."""
+    machine = None
+    for path in paths:
+        machine = host_id(_read(path, limit=256))
+        if machine is not None:
+            break
+    return {"machine_id": machine, "boot_id": host_id(_read(boot_path, limit=256))}
+
+
 def parse_os_release(text: str) -> str | None:
     """``PRETTY_NAME`` from ``/etc/os-release`` text (else ``NAME VERSION``)."""
     values: dict[str, str] = {}
@@ -522,6 +551,7 @@ def probe() -> dict[str, Any]:
             "cuda_driver": gpus.cuda_driver,
             "counters": read_counters(driver, uid=uid),
         }
+        result.update(machine_ids())
         found = installs.result()
         if sms is not None:
             gpuinfo.add_sm_counts(gpus.gpus, sms.result())
