@@ -60,3 +60,18 @@ def test_a_pasted_command_line_is_no_host_and_is_said_so() -> None:
     line = one_line(gpuws("doctor", "clear; gpuws connect local"), 2)
     assert "'clear; gpuws connect local' is not a host name" in line, line
     assert "ssh -G" not in line and "Configuration error" not in line
+
+
+def test_lines_into_a_pipe_are_not_folded_at_80_columns() -> None:
+    """Finding 15: into a pipe (a CI log) a printed command was cut in two at column 80."""
+    from gpuws.commands.common import console
+
+    env_columns = os.environ.pop("COLUMNS", None)
+    try:
+        out = console()
+        with out.capture() as captured:
+            out.print("follow it with `gpuws attach pod 20261128-093529-9399ece5` " + "x" * 80)
+    finally:
+        if env_columns is not None:
+            os.environ["COLUMNS"] = env_columns
+    assert len(captured.get().rstrip("\n").splitlines()) == 1
