@@ -17,6 +17,7 @@ from ..errors import UsageError
 from ..live.link import Target
 from ..live.replay import check_file, check_session, check_speed
 from ..live.storeio import StoreHandle
+from ..text.textsafe import visible
 from .app import GpuwsApp, Start, StartConnect, StartHome, StartReplay
 
 
@@ -43,6 +44,9 @@ async def run_app(app: GpuwsApp) -> int:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         await app.shutdown()
+    for hint in app.attach_hints():
+        # The CLI's Ctrl+C says the same: leaving never stops a run, and here is the way back.
+        sys.stderr.write(f"gpuws: a run goes on on the pod: {visible(hint, None)}\n")
     return app.return_code or 0
 
 
