@@ -277,8 +277,37 @@ def error_line(exc: GpuwsError) -> str:
     return f"gpuws: {visible(exc.one_line(), None)}\n"
 
 
+def unknown_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
+    """The ``gpuws: …`` line for a mistyped command (``gpuws doctr``), or ``None``.
+
+    argparse's own answer lists every command in a usage block; a person who typed
+    ``doctr`` wants to hear ``doctor``.
+    """
+    import difflib
+
+    # argparse keeps its subcommands in a private action: there is no public accessor.
+    commands = next((list(a.choices) for a in parser._actions
+                     if isinstance(a, argparse._SubParsersAction)), [])
+    rest = list(argv)
+    while rest and rest[0].startswith("-"):
+        rest = rest[2:] if rest[0] == "-F" else rest[1:]
+    if not rest or rest[0] in commands:
+        return None
+    word = rest[0]
+    close = difflib.get_close_matches(word, commands, n=1, cutoff=0.6)
+    hint = f"did you mean `gpuws {close[0]}`? " if close else ""
+    from .text.textsafe import visible
+
+    return (f"gpuws: Usage error: no command {visible(word, 60)!r} — {hint}"
+            "`gpuws --help` lists the commands\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
+    typo = unknown_command(parser, sys.argv[1:] if argv is None else argv)
+    if typo is not None:
+        sys.stderr.write(typo)
+        return UsageError.exit_code
     args = parser.parse_args(argv)
     try:
         return int(asyncio.run(args.func(args)))

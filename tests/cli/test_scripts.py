@@ -68,3 +68,21 @@ def test_python_dash_m_gpuws_is_the_cli() -> None:
     res = subprocess.run([sys.executable, "-m", "gpuws", "--version"], capture_output=True,
                          text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.startswith("gpuws ")
+
+
+def test_scripts_run_keeps_the_callers_folder(tmp_path: Path) -> None:
+    """`scripts/run sync local -W .` from a project syncs the project, not the checkout
+    (newcomer tour, finding 16): the venv work happens in the checkout, gpuws runs where
+    the person stands."""
+    root = _checkout(tmp_path / "checkout")
+    _stamp(root, "report")
+    gpuws = root / ".venv" / "bin" / "gpuws"
+    gpuws.write_text('#!/bin/sh\npwd\necho "$@"\n')  # stands in for the installed entry point
+    gpuws.chmod(0o755)
+    project = tmp_path / "project"
+    project.mkdir()
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(root / "nowhere")}
+    res = subprocess.run(["bash", str(root / "scripts" / "run"), "sync", "local", "-W", "."],
+                         cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [str(project), "sync local -W ."]

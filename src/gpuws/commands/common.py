@@ -62,8 +62,13 @@ def console(stderr: bool = False, markup: bool = True) -> Console:
     never loads it."""
     from .safeconsole import TerminalSafeConsole
 
-    return TerminalSafeConsole(stderr=stderr, highlight=False, soft_wrap=False,
-                                markup=markup, emoji=markup)
+    out = TerminalSafeConsole(stderr=stderr, highlight=False, soft_wrap=False,
+                              markup=markup, emoji=markup)
+    # Into a pipe or a file (a CI log) Rich would fold every line at 80 columns, splitting
+    # a printed command in two and starting its continuation at column 0; lines go whole
+    # there (tables still take the console's width).
+    out.soft_wrap = not out.is_terminal
+    return out
 
 
 def print_json(data: Any) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,6 +56,19 @@ class Target:
     def accepting_new_key(self) -> Target:
         """The same target, allowed to record an unknown host key."""
         return dataclasses.replace(self, accept_new=True)
+
+    def command(self, verb: str, *args: str) -> str:
+        """``gpuws VERB HOST ARGS`` with this target's ``-F``/``-p``/``-l``, shell-quoted:
+        a hint a person can paste (``gpuws attach pod RUN`` without the ``-F`` it was
+        reached with fails to resolve the host)."""
+        words = ["gpuws", verb]
+        if self.ssh_config:
+            words += ["-F", self.ssh_config]
+        if self.port:
+            words += ["-p", str(self.port)]
+        if self.user:
+            words += ["-l", self.user]
+        return shlex.join([*words, self.host, *args])
 
 
 class UnknownHostKey(HostKeyError):

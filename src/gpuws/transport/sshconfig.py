@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UsageError
 
 #: What gpuws applies from the resolved options (``ssh -G`` spells keys in lower case).
 HONOURED = frozenset({
@@ -215,9 +215,14 @@ def ssh_g(binary: str, host: str, config_file: str | None = None, port: int | No
     if out.returncode != 0:
         said = [line for line in out.stderr.decode("utf-8", "replace").splitlines()
                 if line.strip() and not line.startswith("Pseudo-terminal")]
-        raise ConfigError(f"ssh rejects the config for {host!r}: "
-                          f"{'; '.join(said[-2:]) or f'exit {out.returncode}'}",
-                          remedy="fix the line ssh names (try `ssh -G " + host + "`)")
+        reason = "; ".join(said[-2:]) or f"exit {out.returncode}"
+        if "invalid characters" in reason:
+            # Not the config's fault: what was typed is no host name (a pasted command
+            # line in Home's box, say).
+            raise UsageError(f"{host!r} is not a host name: ssh says {reason}",
+                             remedy="give an ssh config alias, user@host or host:port")
+        raise ConfigError(f"ssh rejects the config for {host!r}: {reason}",
+                          remedy="fix the line ssh names (try `ssh -G " + shlex.quote(host) + "`)")
     options: dict[str, list[str]] = {}
     for line in out.stdout.decode("utf-8", "replace").splitlines():
         key, _, value = line.partition(" ")

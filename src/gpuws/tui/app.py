@@ -123,6 +123,9 @@ class GpuwsApp(App[int]):
         self.run_screens: dict[str, list[RunScreen]] = {}
         self.pending_baselines: dict[str, str] = {}
         self.last_run_id: str | None = None
+        #: Runs this connection follows that have not finished (left with esc, say): the
+        #: dashboard names them, and quitting says how to attach again.
+        self.runs_going: set[str] = set()
         #: The workload the launcher held last, by pod (the launcher opens on it again).
         self.chosen_workloads: dict[str, str] = {}
         #: Arrival-to-pane latencies in seconds, kept only while ``measure`` is True (bench).
@@ -278,6 +281,20 @@ class GpuwsApp(App[int]):
         if finished and link is not None and run_id in link.following and not watching:
             # The engine pulls its artifacts (the one "finished → pull" rule).
             self.notify(f"run {run_id} finished", timeout=5, markup=False)
+        if link is not None and run_id in link.following and not watching:
+            before = set(self.runs_going)
+            (self.runs_going.discard if finished else self.runs_going.add)(run_id)
+            if self.runs_going != before:
+                for screen in self.screen_stack:
+                    if isinstance(screen, DashboardScreen):
+                        screen.show_runs_going(sorted(self.runs_going))
+
+    def attach_hints(self) -> list[str]:
+        """For each run still going on the pod, the command that follows it again."""
+        target = self.link.target if self.link is not None else self.last_target
+        if target is None:
+            return []
+        return [target.command("attach", run_id) for run_id in sorted(self.runs_going)]
 
     def register_run_screen(self, screen: RunScreen) -> None:
         """Route the run's events to this screen from now on."""

@@ -24,6 +24,7 @@ class ConfirmScreen(ModalScreen[bool]):
     ConfirmScreen #question { text-style: bold; margin-bottom: 1; }
     ConfirmScreen Horizontal { height: auto; margin-top: 1; }
     ConfirmScreen Button { margin-right: 2; }
+    ConfirmScreen #keys { color: $text-muted; margin-top: 1; }
     """
 
     def __init__(self, question: str, body: RenderableType, yes: str) -> None:
@@ -39,6 +40,9 @@ class ConfirmScreen(ModalScreen[bool]):
             with Horizontal():
                 yield Button(self.yes, id="yes", variant="warning")
                 yield Button("Cancel", id="no")
+            # The dialog has no footer: its keys are said here. Cancel holds the focus (a
+            # stray Enter must not install or launch anything), so Enter cancels.
+            yield Static(f"y  {self.yes}    n, Esc or Enter  Cancel", id="keys", markup=False)
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()

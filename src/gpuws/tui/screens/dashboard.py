@@ -72,6 +72,9 @@ class DashboardScreen(Screen[None]):
     DashboardScreen.-narrow GpuRow .gpu-detail { display: none; }
     DashboardScreen #no-telemetry { padding: 0 1; color: $text-muted; }
     DashboardScreen #agent-log { height: 5; margin: 0 1; }
+    DashboardScreen #agent-title, DashboardScreen #agent-log { display: none; }
+    DashboardScreen #runs-going { display: none; background: $accent 20%; padding: 0 1;
+                                  border-left: thick $accent; }
     """
 
     app: GpuwsApp
@@ -89,6 +92,7 @@ class DashboardScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="link-banner")
+        yield Static(id="runs-going")
         with Horizontal(id="columns"):
             with VerticalScroll(id="left"):
                 yield Label("Pod", classes="title")
@@ -114,7 +118,9 @@ class DashboardScreen(Screen[None]):
                             yield SparkGauge(gauge, index)
                 yield Label("Cost", classes="title")
                 yield CostTicker(id="cost")
-                yield Label("Agent", classes="title")
+                # Shown with the agent's first message: an empty heading read as a panel
+                # that failed to load, and took the rows the Pod panel needs at 80×24.
+                yield Label("Agent", classes="title", id="agent-title")
                 yield Log(id="agent-log", max_lines=200)
         yield Footer()
 
@@ -132,6 +138,22 @@ class DashboardScreen(Screen[None]):
         self.query_one("#gauges").display = bool(self.probe.gpus)
         self.query_one("#no-telemetry").display = not self.probe.gpus
         self.on_telemetry_tick(TelemetryTick())
+        self.show_runs_going(sorted(self.app.runs_going))
+
+    def on_screen_resume(self) -> None:
+        self.show_runs_going(sorted(self.app.runs_going))
+
+    def show_runs_going(self, run_ids: list[str]) -> None:
+        """Name the runs still going on the pod that this connection follows (left with
+        esc, say), and the key that brings one back."""
+        line = self.query_one("#runs-going", Static)
+        line.display = bool(run_ids)
+        if run_ids:
+            shown = ", ".join(run_ids[:3]) + (f" and {len(run_ids) - 3} more"
+                                              if len(run_ids) > 3 else "")
+            line.update(Text.assemble(
+                (f"{len(run_ids)} run{'s' if len(run_ids) > 1 else ''} going on the pod: ",
+                 "bold"), shown, " — a re-attaches, r shows results"))
 
     def _telemetry_title(self, state: Text | None = None) -> Text:
         """The telemetry pane's title, with how sampling goes where it is not just going."""
@@ -174,6 +196,7 @@ class DashboardScreen(Screen[None]):
 
     def on_agent_log(self, message: AgentLog) -> None:
         log = self.query_one("#agent-log", Log)
+        log.display = self.query_one("#agent-title").display = True
         log.write_line(visible(f"{message.log.level}: {message.log.message}"))
         if message.log.message.startswith("telemetry stopped"):
             self._telemetry_stopped = True

@@ -76,5 +76,6 @@ class HelpScreen(ModalScreen[None]):
             shown = active.binding.key_display or self.app.get_key_display(b)
             table.add_row(shown or key, b.description)
         table.caption = ("Arrows, Tab, Enter and the mouse work in lists, tabs and forms; "
-                         "Ctrl+P finds any action by name.")
+                         "Ctrl+P finds any action by name. Esc, q or ? closes this help.")
+        table.caption_justify = "left"  # a centred caption's last word sat alone mid-line
         return table
