@@ -27,10 +27,10 @@ class GitState:
     changed: list[str] = field(default_factory=list)
 
 
-def git_state(root: Path) -> GitState | None:
+def git_state(root: Path, safegit: SafeGit | None = None) -> GitState | None:
     """The git state of ``root`` (a directory inside a work tree); None when git cannot
-    say (not a work tree, git missing)."""
-    _git = SafeGit(root)  # the project's config runs no program (safegit)
+    say (not a work tree, git missing). ``safegit``: the scan's, its drivers already read."""
+    _git = safegit or SafeGit(root)  # the project's config runs no program (safegit)
     try:
         head = _git("rev-parse", "--verify", "-q", "HEAD")
         commit = head.stdout.decode().strip() if head.returncode == 0 else None

@@ -120,6 +120,9 @@ class Manifest:
     git: bool = False
     #: What was skipped, or sent as last read (:class:`Note`).
     notes: list[Note] = field(default_factory=list)
+    #: The git the scan listed files with (its drivers read once): git's view of the same
+    #: tree (``gitinfo.git_state``) reuses it.
+    safegit: SafeGit | None = field(default=None, repr=False, compare=False)
 
     @property
     def total_bytes(self) -> int:
@@ -301,7 +304,8 @@ def scan(directory: Path, caps: Caps = DEFAULT_CAPS, cache: HashCache | None = N
         raise WorkspaceError(f"{directory} is not a directory",
                              remedy="give -W the project's directory")
     git = is_git_tree(root)
-    names = _git_files(root) if git else _walked_files(root)
+    safegit = SafeGit(root) if git else None
+    names = _git_files(safegit) if safegit is not None else _walked_files(root)
     cache = cache if cache is not None else HashCache()
     found: list[tuple[str, int, int, str]] = []  # (path, mode, size, absolute path)
     looked: dict[str, os.stat_result] = {}
@@ -375,7 +379,7 @@ def scan(directory: Path, caps: Caps = DEFAULT_CAPS, cache: HashCache | None = N
                                             "(.gitignore)") from exc
         entries.append(protocol.WsEntry(rel, mode, digest, st.st_size))
     cache.keep_only({f[3] for f in found})
-    return Manifest(root, entries, tree_sha256(entries), git, notes)
+    return Manifest(root, entries, tree_sha256(entries), git, notes, safegit)
 
 
 def _check_name(rel: str) -> None:
@@ -408,11 +412,12 @@ def _check_sizes(root: Path, found: list[tuple[str, int, int, str]], caps: Caps)
                    "directory")
 
 
-def _git_files(root: Path) -> list[str]:
+def _git_files(safegit: SafeGit) -> list[str]:
+    root = safegit.root
     try:
         # With the project's config unable to run programs: ls-files reads the index,
         # and a repository's core.fsmonitor runs on every index read (safegit).
-        out = SafeGit(root)("ls-files", "--cached", "--others", "--exclude-standard", "-z")
+        out = safegit("ls-files", "--cached", "--others", "--exclude-standard", "-z")
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise WorkspaceError(f"git ls-files failed in {root}: {exc}") from exc
     if out.returncode != 0:

@@ -122,7 +122,8 @@ class WorkspaceSync:
 
     def code(self, manifest: Manifest) -> CodeRecord:
         """What a run in this tree records: the tree hash and, in git, commit and changes."""
-        state: GitState | None = git_state(self.root) if manifest.git else None
+        state: GitState | None = (git_state(self.root, manifest.safegit) if manifest.git
+                                    else None)
         return CodeRecord(str(self.root), self.name, manifest.tree_sha256,
                           len(manifest.entries), manifest.total_bytes,
                           state.commit if state else None, state.dirty if state else None,
