@@ -11,6 +11,7 @@ deterministically, by changing the file between ``scan`` and ``sync``.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import signal
@@ -191,6 +192,20 @@ async def test_a_file_replaced_by_a_link_out_of_the_tree_is_not_sent(
         await ws.sync(client, m)
     cache = Path(os.environ["GPUWS_POD_CACHE"])
     assert not any(b"PRIVATE KEY" in p.read_bytes() for p in cache.rglob("*") if p.is_file())
+
+
+async def test_a_file_replaced_by_a_fifo_is_left_out_without_waiting(
+        tmp_path: Path, client: AgentClient) -> None:
+    """A FIFO where the file was: opening it for reading would wait for a writer forever;
+    it is no file any more, so it is left out, as the next scan would."""
+    root = project(tmp_path / "proj")
+    ws = WorkspaceSync(root)
+    m = ws.scan()
+    (root / "bench.py").unlink()
+    os.mkfifo(root / "bench.py")
+    result = await asyncio.wait_for(ws.sync(client, m), 60)
+    assert m.notes == [Note("bench.py", VANISHED)]
+    assert not (Path(result.root) / "bench.py").exists()
 
 
 def test_describe_names_at_most_three_and_counts_the_rest() -> None:

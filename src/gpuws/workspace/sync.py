@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import hashlib
 import os
 import re
@@ -278,32 +279,41 @@ class WorkspaceSync:
                 inside the tree (a link replaced it).
         """
         path = os.path.join(self.root, entry.path)
-        data = b""
+        data: bytes | None = None
         for _ in range(READS):
             # Resolved each time: an edit may have made it a link since the scan, and new
             # content is only taken from a regular file inside the tree.
             real = os.path.realpath(path)
             try:
-                fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+                # No following a link made after the resolve; no waiting on a FIFO made
+                # in the file's place (O_NONBLOCK changes nothing for a regular file).
+                fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK
+                             | getattr(os, "O_NOFOLLOW", 0))
             except (FileNotFoundError, NotADirectoryError):
                 self._forget(path)
                 return None, ""
             except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    continue  # made a link between the resolve and the open: again
                 raise WorkspaceError(f"cannot read {entry.path}: {exc.strerror or exc}",
                                      remedy="fix its permissions, or ignore it "
                                             "(.gitignore)") from exc
             read_at = time.time_ns()
             with os.fdopen(fd, "rb") as f:
                 before = os.fstat(fd)
+                if not stat.S_ISREG(before.st_mode):
+                    # A directory or a FIFO where the file was: no file any more, as
+                    # the next scan will see it.
+                    self._forget(path)
+                    return None, ""
                 data = f.read(self.caps.file_bytes + 1)
                 after = os.fstat(fd)
             if hashlib.sha256(data).hexdigest() == entry.sha256:
                 return data, ""  # what the scan hashed: consistent by its hash
             self._forget(path)
-            if not (real.startswith(str(self.root) + os.sep)
-                    and stat.S_ISREG(after.st_mode)):
-                raise WorkspaceError(f"{entry.path} became a link out of the tree (or no "
-                                     "file) while the workspace was being sent",
+            if not real.startswith(str(self.root) + os.sep):
+                raise WorkspaceError(f"{entry.path} became a link out of the tree while "
+                                     "the workspace was being sent",
                                      remedy="copy what it points to into the project, or "
                                             "ignore it (.gitignore)")
             if len(data) > self.caps.file_bytes:
@@ -314,6 +324,9 @@ class WorkspaceSync:
                 if self.cache is not None:  # the next scan need not read it again
                     self.cache.learn(real, after, hashlib.sha256(data).hexdigest(), read_at)
                 return data, "changed"
+        if data is None:
+            raise WorkspaceError(f"{entry.path} kept being replaced by a link while the "
+                                 "workspace was being sent", remedy="sync again")
         return data, UNSTABLE
 
     def _forget(self, path: str) -> None:
