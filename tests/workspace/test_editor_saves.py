@@ -143,9 +143,11 @@ async def test_a_file_that_vanished_before_its_read_is_left_out(
     assert m.tree_sha256 == scan(root).tree_sha256
 
 
+@pytest.mark.parametrize("how", ["deleted", "fifo"])
 def test_a_file_that_vanished_before_the_scan_hashed_it_is_left_out(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Listed, then deleted before the scan read it (the hook deletes it first)."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """Listed, then deleted (or made a FIFO, whose open would wait for a writer) before
+    the scan read it: the hook does it just before the real read."""
     root = project(tmp_path / "proj")
     (root / "bench.py~").write_text("backup\n")
     real = manifest_mod._hash_file
@@ -153,6 +155,8 @@ def test_a_file_that_vanished_before_the_scan_hashed_it_is_left_out(
     def deleted_first(path: str, size: int) -> str:
         if path.endswith("~"):
             os.unlink(path)
+            if how == "fifo":
+                os.mkfifo(path)
         return real(path, size)
 
     monkeypatch.setattr(manifest_mod, "_hash_file", deleted_first)

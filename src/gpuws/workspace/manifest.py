@@ -477,7 +477,12 @@ def _walked_files(root: Path) -> Iterator[str]:
 
 def _hash_file(path: str, size: int) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    # Non-blocking: a FIFO made in the file's place since its stat must not hang the scan
+    # (O_NONBLOCK changes nothing for a regular file); it is no file, as if it vanished.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FileNotFoundError(errno.ENOENT, "no longer a regular file", path)
         if size <= 1 << 20:
             h.update(f.read())
         else:
