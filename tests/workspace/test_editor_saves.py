@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -77,6 +78,12 @@ def test_links_to_nothing_and_loops_are_skipped_in_one_line(
     assert pod_file(sshd, root, "mykern/same.py").read_bytes() == b"def run():\n    return 1\n"
     for rel in (".#bench.py", "gone.py", "a", "b", "c"):
         assert not os.path.lexists(pod_file(sshd, root, rel))
+    # A script reads the same from --json.
+    assert main(["sync", "pod", "-F", str(ssh_config), "-W", str(root), "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert sorted((n["why"], n["path"]) for n in notes) == [
+        ("dangling", ".#bench.py"), ("dangling", "gone.py"), ("loop", "a"), ("loop", "b"),
+        ("loop", "c")]
 
 
 def test_run_in_a_project_with_an_emacs_lock(tmp_path: Path,

@@ -63,7 +63,9 @@ async def sync(args: argparse.Namespace) -> int:
                         "blobs_sent": synced.blobs_sent, "bytes_sent": synced.bytes_sent,
                         "wire_bytes": synced.wire_bytes, "puts": synced.puts,
                         "written": synced.written, "removed": synced.removed,
-                        "seconds": synced.seconds})
+                        "seconds": synced.seconds,
+                        # left out (vanished, dangling, loop) or sent as last read
+                        "notes": [{"path": n.path, "why": n.why} for n in manifest.notes]})
             return 0
         record = await code
         if record.tree_sha256 != manifest.tree_sha256:
