@@ -75,7 +75,7 @@ VANISHED = "vanished"
 DANGLING = "dangling"
 LOOP = "loop"
 UNSTABLE = "unstable"
-#: (one, many, what follows the count) per reason, for :func:`describe`.
+#: (what was done, one, many) per reason, for :func:`describe`.
 _WHY = {
     VANISHED: ("skipped", "file that vanished while it was read",
                "files that vanished while they were read"),

@@ -49,9 +49,9 @@ DRIVER_KEYS = {
 #: Config scopes the person controls (any other, ``local`` and ``worktree`` among them,
 #: is the repository's own).
 TRUSTED_SCOPES = frozenset({"system", "global", "command"})
-#: Environment a git process must not inherit from the person's shell into gpuws's use
-#: (an external diff), and what it needs: no optional lock, so no index write and no
-#: hook after it; no prompt on a terminal it does not have.
+#: Variables of the person's shell that name programs for git (none is needed for what
+#: gpuws asks of it), and what every git process gets: no optional lock, so no index
+#: written and no hook after the write; no prompt on a terminal it does not have.
 DROP_ENV = ("GIT_EXTERNAL_DIFF", "GIT_PAGER", "GIT_EDITOR", "GIT_ASKPASS", "GIT_SSH",
             "GIT_SSH_COMMAND")
 SET_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0"}
@@ -70,18 +70,20 @@ def _fixed_args() -> list[str]:
 def driver_overrides(root: Path, timeout: float = 30) -> list[str]:
     """``-c`` arguments that empty every program of the drivers the repository's own
     config defines (reading config runs nothing)."""
-    try:
-        out = subprocess.run(["git", *_fixed_args(), "-C", str(root), "config", "--list",
-                              "--name-only", "--show-scope", "-z"],
-                             capture_output=True, timeout=timeout, env=git_env(),
-                             stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise WorkspaceError(f"git config failed in {root}: {exc}") from exc
+    def config(*args: str) -> subprocess.CompletedProcess[bytes]:
+        try:
+            return subprocess.run(["git", *_fixed_args(), "-C", str(root), "config",
+                                   "--list", "--name-only", "-z", *args],
+                                  capture_output=True, timeout=timeout, env=git_env(),
+                                  stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise WorkspaceError(f"git config failed in {root}: {exc}") from exc
+
+    out = config("--show-scope")
     if out.returncode != 0:
-        # git older than 2.26 lacks --show-scope: every driver is then the project's.
-        out = subprocess.run(["git", *_fixed_args(), "-C", str(root), "config", "--list",
-                              "--name-only", "-z"], capture_output=True, timeout=timeout,
-                             env=git_env(), stdin=subprocess.DEVNULL)
+        # git older than 2.26 lacks --show-scope: every driver is then the project's. (A
+        # config git cannot parse fails here too, and then every git command after it.)
+        out = config()
         items = [("local", os.fsdecode(k)) for k in out.stdout.split(b"\0") if k]
     else:
         parts = out.stdout.split(b"\0")

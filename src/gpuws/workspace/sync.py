@@ -9,8 +9,9 @@ one request, one changed file one put and one apply. Every answer is checked her
 pod may only ask for hashes of this tree, and what it reports is bounded text.
 
 An editor saves while a sync reads: a file whose bytes no longer match the scan's hash
-is read again until two looks at it agree (:data:`READS` at most), and the manifest
-takes its new hash; a file that vanished is left out. Either is a :class:`~.manifest.Note`
+is read again until its stat holds across one read (:data:`READS` at most; past them
+the last read is sent), and the manifest takes its new hash; a file that vanished (or is
+no regular file any more) is left out. Either is a :class:`~.manifest.Note`
 of the manifest, and the sync completes with what was read consistently.
 """
 
