@@ -11,6 +11,7 @@ only to count its calls.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -20,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from gpuws.client import AgentClient
-from gpuws.errors import WorkspaceError
 from gpuws.transport import make_transport
 from gpuws.workspace import manifest
 from gpuws.workspace.manifest import HashCache, scan
@@ -131,8 +131,9 @@ def test_a_bad_cache_file_means_hashing_again(tmp_path: Path, hashed: list[str],
 async def test_a_lying_cache_is_corrected_by_syncing_again(tmp_path: Path,
                                                            settled: None) -> None:
     """A cache that names the wrong content for a file whose state it matches (a stale
-    entry, a tampered file): the bytes read to send it do not hash to it, the sync stops
-    with `sync again`, and the next sync hashes the file afresh and sends the truth."""
+    entry, a tampered file): the bytes read to send it do not hash to it, so the sync
+    takes the hash of what it read (its stat unchanged across the read: consistent),
+    sends the truth, and the cache forgets the lie."""
     root = make_tree(tmp_path / "proj")
     WorkspaceSync(root).scan()
     path = cache_file(root)
@@ -142,11 +143,13 @@ async def test_a_lying_cache_is_corrected_by_syncing_again(tmp_path: Path,
     path.write_text(json.dumps(kept))
     client = await AgentClient.connect(make_transport("local"))
     try:
-        with pytest.raises(WorkspaceError, match="changed while the workspace was being sent"):
-            await WorkspaceSync(root).sync(client)
         result = await WorkspaceSync(root).sync(client)
     finally:
         await client.close()
     there = Path(result.root)
     assert (there / "d2" / "f5.py").read_bytes() == Path(victim).read_bytes()
+    truth = hashlib.sha256(Path(victim).read_bytes()).hexdigest()
+    assert result.manifest.by_path()["d2/f5.py"].sha256 == truth
+    assert result.manifest.tree_sha256 == scan(root).tree_sha256
+    assert result.manifest.notes == []  # read consistently: nothing to tell
     assert HashCache.load(path, root).known[victim][4] != "ab" * 32

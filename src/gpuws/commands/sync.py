@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 from typing import TYPE_CHECKING
 
 from ..text import humanfmt
 from ..text.textsafe import visible
 from ..workspace.code import CodeRecord
-from ..workspace.manifest import Manifest
+from ..workspace.manifest import Manifest, describe
 from ..workspace.sync import SyncResult, WorkspaceSync
 from .common import connect, console, print_json, transport_for
 
@@ -18,16 +19,21 @@ if TYPE_CHECKING:
 
 
 def sync_line(synced: SyncResult, code: CodeRecord) -> Text:
-    """``workspace NAME: 212 files (1.2 MB), sent 1 file (3.4 kB) in 0.08 s · tree … · git …``"""
+    """``workspace NAME: 212 files (1.2 MB), sent 1 file (3.4 kB) in 0.08 s · tree … · git …``,
+    and what was skipped (``· skipped 1 link to nothing: .#bench.py``)."""
     from rich.text import Text  # here: `sync --json` prints no Rich text
 
     m = synced.manifest
     sent = (f"sent {synced.blobs_sent} file{'s' if synced.blobs_sent != 1 else ''} "
             f"({humanfmt.size(synced.bytes_sent)})" if synced.blobs_sent else "nothing to send")
-    return Text(f"workspace {visible(synced.name)}: {len(m.entries)} files "
+    text = Text(f"workspace {visible(synced.name)}: {len(m.entries)} files "
                 f"({humanfmt.size(m.total_bytes)}), {sent}, {synced.written} written, "
                 f"{synced.removed} removed in {humanfmt.duration(synced.seconds)} · "
                 f"{visible(code.short())}", style="dim")
+    notes = describe(m.notes)
+    if notes:
+        text.append(f" · {notes}", style="yellow")
+    return text
 
 
 async def sync(args: argparse.Namespace) -> int:
@@ -57,9 +63,18 @@ async def sync(args: argparse.Namespace) -> int:
                         "blobs_sent": synced.blobs_sent, "bytes_sent": synced.bytes_sent,
                         "wire_bytes": synced.wire_bytes, "puts": synced.puts,
                         "written": synced.written, "removed": synced.removed,
-                        "seconds": synced.seconds})
+                        "seconds": synced.seconds,
+                        # left out (vanished, dangling, loop) or sent as last read
+                        "notes": [{"path": n.path, "why": n.why} for n in manifest.notes]})
             return 0
-        console(markup=False).print(sync_line(synced, await code))
+        record = await code
+        if record.tree_sha256 != manifest.tree_sha256:
+            # A file changed or vanished while it was sent: the record names what the pod
+            # holds (the manifest, updated in place by the sync).
+            record = dataclasses.replace(record, tree_sha256=manifest.tree_sha256,
+                                         files=len(manifest.entries),
+                                         total_bytes=manifest.total_bytes)
+        console(markup=False).print(sync_line(synced, record))
         return 0
     finally:
         if code is not None and not code.done():

@@ -57,6 +57,8 @@ def line(it: Iteration) -> Text:
                                          else "") if it.changed else "start"
     head = Text(f"#{it.n:<3} ", style="bold")
     head.append(visible(what, 60))
+    if it.note:  # what the sync skipped (describe() made it visible)
+        head.append(f"  ({it.note})", "yellow")
     if it.status != "ok":
         head.append(f"  {it.status}: {visible(it.error or 'no reason given', 300)}", "red")
         return head

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from .. import protocol
-from ..errors import GpuwsError, UsageError
+from ..errors import GpuwsError, UsageError, WorkspaceError
 from ..sessions.compare import Tier1Comparison, compare_samples
 from ..sessions.store import Store
 from ..text.textsafe import visible
@@ -59,6 +59,8 @@ class Iteration:
     wall_s: float = 0.0
     #: What the loop added beyond the workload's own run on the pod (sync, start, store).
     overhead_s: float | None = None
+    #: What the sync skipped or sent as last read (``manifest.describe``), "" for nothing.
+    note: str = ""
 
 
 #: What the loop is doing: ``syncing`` and ``running`` name an iteration, ``waiting`` waits
@@ -311,10 +313,22 @@ class WatchLoop:
         it = Iteration(n, changed)
         spec = self.make_spec()
         if self.workspace is not None and engine.link is not None:
+            from ..workspace.manifest import describe
+
             self._status("syncing", n)
-            manifest = await asyncio.to_thread(self.workspace.scan)
-            self.files = len(manifest.entries)
-            synced = await self.workspace.sync(engine.link.client, manifest)
+            try:
+                manifest = await asyncio.to_thread(self.workspace.scan)
+                self.files = len(manifest.entries)
+                synced = await self.workspace.sync(engine.link.client, manifest)
+            except WorkspaceError as exc:
+                # The tree as saved is refused (a link out of it, a file over its cap...):
+                # an iteration with the reason, and the loop waits for the save that
+                # fixes it, as after a workload that fails.
+                it.status = "refused"
+                it.error = exc.message + (f" ({exc.remedy})" if exc.remedy else "")
+                it.wall_s = self.clock() - t0
+                return it
+            it.note = describe(manifest.notes)
             code = await asyncio.to_thread(self.workspace.code, manifest)
             it.changed = synced.diff.paths if n > 1 else it.changed
             self._starting = True

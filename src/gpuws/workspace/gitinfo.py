@@ -7,6 +7,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import WorkspaceError
+from .safegit import SafeGit
+
 
 @dataclass(frozen=True)
 class GitState:
@@ -24,22 +27,20 @@ class GitState:
     changed: list[str] = field(default_factory=list)
 
 
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=120)
-
-
-def git_state(root: Path) -> GitState | None:
+def git_state(root: Path, safegit: SafeGit | None = None) -> GitState | None:
     """The git state of ``root`` (a directory inside a work tree); None when git cannot
-    say (not a work tree, git missing)."""
+    say (not a work tree, git missing). ``safegit``: the scan's, its drivers already read."""
+    _git = safegit or SafeGit(root)  # the project's config runs no program (safegit)
     try:
-        head = _git(root, "rev-parse", "--verify", "-q", "HEAD")
+        head = _git("rev-parse", "--verify", "-q", "HEAD")
         commit = head.stdout.decode().strip() if head.returncode == 0 else None
         # Against HEAD (staged and unstaged alike); paths relative to the directory and
         # limited to it (--relative), as the workspace holds them.
-        diff = (_git(root, "diff", "--name-only", "-z", "--relative", "HEAD", "--")
-                if commit else _git(root, "ls-files", "--cached", "-z"))
-        new = _git(root, "ls-files", "--others", "--exclude-standard", "-z")
-    except (OSError, subprocess.TimeoutExpired):
+        diff = (_git("diff", "--no-ext-diff", "--no-textconv", "--name-only", "-z",
+                     "--relative", "HEAD", "--")
+                if commit else _git("ls-files", "--cached", "-z"))
+        new = _git("ls-files", "--others", "--exclude-standard", "-z")
+    except (OSError, subprocess.TimeoutExpired, WorkspaceError):
         return None
     if diff.returncode != 0 or new.returncode != 0:
         return None

@@ -7,11 +7,17 @@ by :mod:`pathspec`, git's own rules, nested files included) and the usual junk
 (:data:`JUNK_DIRS`, virtualenvs, bytecode). Everything is checked before a byte is sent:
 a symlink that leaves the tree, a file over :attr:`Caps.file_bytes`, a tree over
 :attr:`Caps.tree_bytes` or :attr:`Caps.files` is refused, naming the biggest files.
+
+What an editor leaves in a project for a moment is skipped, never refused: a link to
+nothing (Emacs's ``.#name -> user@host.PID:TIME`` lock beside each modified buffer), a
+link in a loop, a file that vanished between git's list and its read (``bench.py~``).
+Each is a :class:`Note` of the manifest, told in one line (:func:`describe`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import stat
@@ -29,6 +35,8 @@ from ..errors import GpuwsError, WorkspaceError
 from ..locations import ensure_private_dir
 from ..protocol import MAX_LINE
 from ..text import humanfmt
+from ..text.textsafe import visible
+from .safegit import SafeGit, inside_work_tree
 
 if TYPE_CHECKING:
     import pathspec
@@ -62,6 +70,45 @@ class Caps:
 DEFAULT_CAPS = Caps()
 
 
+#: Why a path is a :class:`Note`: left out (the first three) or sent as last read.
+VANISHED = "vanished"
+DANGLING = "dangling"
+LOOP = "loop"
+UNSTABLE = "unstable"
+#: (what was done, one, many) per reason, for :func:`describe`.
+_WHY = {
+    VANISHED: ("skipped", "file that vanished while it was read",
+               "files that vanished while they were read"),
+    DANGLING: ("skipped", "link to nothing", "links to nothing"),
+    LOOP: ("skipped", "link in a loop", "links in a loop"),
+    UNSTABLE: ("sent as last read", "file that kept changing while it was read",
+               "files that kept changing while they were read"),
+}
+
+
+@dataclass(frozen=True)
+class Note:
+    """A path the manifest left out, or sent as it last read it (``why``: :data:`VANISHED`,
+    :data:`DANGLING`, :data:`LOOP`, :data:`UNSTABLE`)."""
+
+    path: str
+    why: str
+
+
+def describe(notes: list[Note], limit: int = 3) -> str:
+    """One line for the notes: ``skipped 1 file that vanished while it was read:
+    bench.py~; skipped 1 link to nothing: .#bench.py`` ("" for none)."""
+    parts = []
+    for why, (verb, one, many) in _WHY.items():
+        paths = sorted({n.path for n in notes if n.why == why})
+        if paths:
+            named = ", ".join(visible(p, 80) for p in paths[:limit])
+            more = f", … {len(paths) - limit} more" if len(paths) > limit else ""
+            parts.append(f"{verb} {len(paths)} {one if len(paths) == 1 else many}: "
+                         f"{named}{more}")
+    return "; ".join(parts)
+
+
 @dataclass
 class Manifest:
     """A tree as the pod will hold it; ``entries`` sorted by path."""
@@ -71,6 +118,11 @@ class Manifest:
     tree_sha256: str
     #: The git checkout it came from, or None outside one.
     git: bool = False
+    #: What was skipped, or sent as last read (:class:`Note`).
+    notes: list[Note] = field(default_factory=list)
+    #: The git the scan listed files with (its drivers read once): git's view of the same
+    #: tree (``gitinfo.git_state``) reuses it.
+    safegit: SafeGit | None = field(default=None, repr=False, compare=False)
 
     @property
     def total_bytes(self) -> int:
@@ -78,6 +130,17 @@ class Manifest:
 
     def by_path(self) -> dict[str, protocol.WsEntry]:
         return {e.path: e for e in self.entries}
+
+    def replace(self, path: str, entry: protocol.WsEntry | None, note: str = "") -> None:
+        """Make ``path`` ``entry`` (None: leave it out), noting why (a sync does, for a
+        file that changed or vanished between the scan and its read)."""
+        self.entries = [e for e in self.entries if e.path != path]
+        if entry is not None:
+            self.entries.append(entry)
+            self.entries.sort(key=lambda e: e.path.encode("utf-8"))
+        self.tree_sha256 = tree_sha256(self.entries)
+        if note:
+            self.notes.append(Note(path, note))
 
 
 #: A hash is kept for the next process only when the file's ctime and mtime lie this far
@@ -143,13 +206,17 @@ class HashCache:
             return hit[4]
         read_at = time.time_ns()  # before the read: an edit after it must not go unseen
         digest = _hash_file(path, st.st_size)
-        self.known[path] = (*key, digest)
+        self.learn(path, st, digest, read_at)
+        return digest
+
+    def learn(self, path: str, st: os.stat_result, digest: str, read_at: int) -> None:
+        """``path`` in state ``st`` holds ``digest``, read from ``read_at`` (ns)."""
+        self.known[path] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest)
         if max(st.st_ctime_ns, st.st_mtime_ns) >= read_at - RACY_NS:
             self.racy.add(path)
         else:
             self.racy.discard(path)
         self.dirty = True
-        return digest
 
     def forget(self, path: str) -> None:
         """Hash ``path`` again next time (its bytes did not match the cached hash)."""
@@ -218,44 +285,59 @@ def tree_sha256(entries: list[protocol.WsEntry]) -> str:
 
 def is_git_tree(directory: Path) -> bool:
     """Whether ``directory`` lies inside a git work tree (and git is installed)."""
-    try:
-        out = subprocess.run(["git", "-C", str(directory), "rev-parse",
-                              "--is-inside-work-tree"], capture_output=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.returncode == 0 and out.stdout.strip() == b"true"
+    return inside_work_tree(directory)
 
 
 def scan(directory: Path, caps: Caps = DEFAULT_CAPS, cache: HashCache | None = None) -> Manifest:
     """The manifest of ``directory``, checked against ``caps``.
 
+    Links to nothing or in a loop, and files that vanish before they are read, are left
+    out, each a :class:`Note` of the manifest.
+
     Raises:
         WorkspaceError: not a directory; a symlink leaving the tree (or to a directory);
             a name that is not UTF-8 or too long; a file, the file count or the tree over
-            its cap (the biggest files named).
+            its cap (the biggest files named); a file that cannot be read.
     """
     root = directory.expanduser().resolve()
     if not root.is_dir():
         raise WorkspaceError(f"{directory} is not a directory",
                              remedy="give -W the project's directory")
     git = is_git_tree(root)
-    names = _git_files(root) if git else _walked_files(root)
+    safegit = SafeGit(root) if git else None
+    names = _git_files(safegit) if safegit is not None else _walked_files(root)
     cache = cache if cache is not None else HashCache()
     found: list[tuple[str, int, int, str]] = []  # (path, mode, size, absolute path)
     looked: dict[str, os.stat_result] = {}
+    notes: list[Note] = []
     for rel in names:
         full = os.path.join(root, rel)
         try:
             st = os.lstat(full)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             continue  # in git's index but deleted in the work tree: not part of the tree
         if stat.S_ISLNK(st.st_mode):
+            # Not strict: a loop or a missing target resolves as far as it goes (a loop's
+            # own name, the missing path), which says whether it leaves the tree.
             target = os.path.realpath(full)
             if not (target + os.sep).startswith(str(root) + os.sep) or target == str(root):
                 raise WorkspaceError(f"{rel} is a symlink to {target}, outside {root}",
                                      remedy="copy what it points to into the project, or "
                                             "ignore it (.gitignore)")
-            st = os.stat(full)
+            try:
+                st = os.stat(full)
+            except OSError as exc:
+                # An editor's lock (Emacs: `.#name -> user@host.PID:TIME`), a link whose
+                # file was deleted, a loop: nothing to send, and nothing to refuse.
+                if exc.errno == errno.ELOOP:
+                    notes.append(Note(rel, LOOP))
+                elif exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                    notes.append(Note(rel, DANGLING))
+                else:
+                    raise WorkspaceError(f"cannot read {rel}: {exc.strerror or exc}",
+                                         remedy="fix its permissions, or ignore it "
+                                                "(.gitignore)") from exc
+                continue
             if stat.S_ISDIR(st.st_mode):
                 raise WorkspaceError(f"{rel} is a symlink to a directory; workspaces carry "
                                      "files only", remedy="ignore it (.gitignore)")
@@ -285,11 +367,19 @@ def scan(directory: Path, caps: Caps = DEFAULT_CAPS, cache: HashCache | None = N
         st = looked[rel]
         digest = cache.lookup(full, st)  # the first look suffices where the cache knows it
         if digest is None:
-            st = os.stat(full)  # the size that goes with the hash, should the file have grown
-            digest = cache.sha256(full, st)
+            try:
+                st = os.stat(full)  # the size that goes with the hash, should it have grown
+                digest = cache.sha256(full, st)
+            except (FileNotFoundError, NotADirectoryError):
+                notes.append(Note(rel, VANISHED))  # a backup file, an editor's temporary
+                continue
+            except OSError as exc:
+                raise WorkspaceError(f"cannot read {rel}: {exc.strerror or exc}",
+                                     remedy="fix its permissions, or ignore it "
+                                            "(.gitignore)") from exc
         entries.append(protocol.WsEntry(rel, mode, digest, st.st_size))
     cache.keep_only({f[3] for f in found})
-    return Manifest(root, entries, tree_sha256(entries), git)
+    return Manifest(root, entries, tree_sha256(entries), git, notes, safegit)
 
 
 def _check_name(rel: str) -> None:
@@ -322,10 +412,12 @@ def _check_sizes(root: Path, found: list[tuple[str, int, int, str]], caps: Caps)
                    "directory")
 
 
-def _git_files(root: Path) -> list[str]:
+def _git_files(safegit: SafeGit) -> list[str]:
+    root = safegit.root
     try:
-        out = subprocess.run(["git", "-C", str(root), "ls-files", "--cached", "--others",
-                              "--exclude-standard", "-z"], capture_output=True, timeout=120)
+        # With the project's config unable to run programs: ls-files reads the index,
+        # and a repository's core.fsmonitor runs on every index read (safegit).
+        out = safegit("ls-files", "--cached", "--others", "--exclude-standard", "-z")
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise WorkspaceError(f"git ls-files failed in {root}: {exc}") from exc
     if out.returncode != 0:
@@ -385,7 +477,12 @@ def _walked_files(root: Path) -> Iterator[str]:
 
 def _hash_file(path: str, size: int) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    # Non-blocking: a FIFO made in the file's place since its stat must not hang the scan
+    # (O_NONBLOCK changes nothing for a regular file); it is no file, as if it vanished.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FileNotFoundError(errno.ENOENT, "no longer a regular file", path)
         if size <= 1 << 20:
             h.update(f.read())
         else:

@@ -7,15 +7,23 @@ changed since the last sync) go first, then ``workspace_apply``; the pod answers
 hashes it still lacks, which are sent before it is asked again. So an unchanged tree costs
 one request, one changed file one put and one apply. Every answer is checked here: the
 pod may only ask for hashes of this tree, and what it reports is bounded text.
+
+An editor saves while a sync reads: a file whose bytes no longer match the scan's hash
+is read again until its stat holds across one read (:data:`READS` at most; past them
+the last read is sent), and the manifest takes its new hash; a file that vanished (or is
+no regular file any more) is left out. Either is a :class:`~.manifest.Note`
+of the manifest, and the sync completes with what was read consistently.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import hashlib
 import os
 import re
+import stat
 import time
 import zlib
 from dataclasses import dataclass
@@ -28,7 +36,7 @@ from ..locations import gpuws_home
 from ..text.textsafe import visible
 from .code import CodeRecord, TreeDiff, diff_entries
 from .gitinfo import GitState, git_state
-from .manifest import DEFAULT_CAPS, Caps, HashCache, Manifest, scan
+from .manifest import DEFAULT_CAPS, UNSTABLE, VANISHED, Caps, HashCache, Manifest, scan
 
 #: Raw bytes per put: base64 of 4 MiB is 5.6 MB, inside the protocol's 8 MiB line.
 BATCH = 4 << 20
@@ -46,6 +54,10 @@ ZLIB_GAIN = 0.9
 PRESEND_BYTES = 512 << 10
 #: Rounds of "still missing" an apply may answer before the sync gives up.
 ROUNDS = 3
+#: Reads of a file that changed since the scan, looking for one its stat did not change
+#: across; past them the last read is sent (the save that changed it makes the watcher's
+#: next iteration, which reads it settled).
+READS = 3
 
 
 def workspace_name(root: Path) -> str:
@@ -112,14 +124,19 @@ class WorkspaceSync:
 
     def code(self, manifest: Manifest) -> CodeRecord:
         """What a run in this tree records: the tree hash and, in git, commit and changes."""
-        state: GitState | None = git_state(self.root) if manifest.git else None
+        state: GitState | None = (git_state(self.root, manifest.safegit) if manifest.git
+                                    else None)
         return CodeRecord(str(self.root), self.name, manifest.tree_sha256,
                           len(manifest.entries), manifest.total_bytes,
                           state.commit if state else None, state.dirty if state else None,
                           state.changed if state else [])
 
     async def sync(self, client: AgentClient, manifest: Manifest | None = None) -> SyncResult:
-        """Make the pod's copy this tree; ``manifest`` is one :meth:`scan` just made."""
+        """Make the pod's copy this tree; ``manifest`` is one :meth:`scan` just made.
+
+        A file that changed or vanished since the scan changes ``manifest`` in place (its
+        entries, tree hash and notes): afterwards it is the tree the pod holds, which is
+        what a run records."""
         t0 = time.monotonic()
         if manifest is None:
             manifest = await asyncio.to_thread(self.scan)
@@ -157,6 +174,7 @@ class WorkspaceSync:
                     result.root, result.written, result.removed = (state.root, state.written,
                                                                    state.removed)
                     break
+                wanted = {e.sha256 for e in manifest.entries}  # reads may have changed it
                 strange = set(state.missing) - wanted
                 if strange or not state.missing:
                     odd = visible(sorted(strange)[0] if strange else "", 70)
@@ -173,6 +191,9 @@ class WorkspaceSync:
             for task in puts:
                 task.cancel()
         self.last = manifest
+        if self.cache is not None:
+            self.cache.save()  # the hashes a changed file's reads forgot
+        result.diff = diff_entries(previous, manifest.entries)
         result.seconds = time.monotonic() - t0
         return result
 
@@ -215,7 +236,18 @@ class WorkspaceSync:
         try:
             for group in groups:
                 read = await asyncio.to_thread(self._read_all, group)
-                for entry, data in zip(group, read, strict=True):
+                for entry, (data, how) in zip(group, read, strict=True):
+                    if data is None:
+                        manifest.replace(entry.path, None, VANISHED)
+                        continue
+                    if how:
+                        # Changed since the scan: the manifest takes what was read (the
+                        # apply that follows names it; a copy of the old content another
+                        # path holds is read when the pod says it lacks it).
+                        entry = protocol.WsEntry(entry.path, entry.mode,
+                                                 hashlib.sha256(data).hexdigest(), len(data))
+                        manifest.replace(entry.path, entry,
+                                         UNSTABLE if how == UNSTABLE else "")
                     result.blobs_sent += 1
                     result.bytes_sent += len(data)
                     offset = 0
@@ -235,27 +267,78 @@ class WorkspaceSync:
             raise
         return tasks
 
-    def _read_all(self, entries: list[protocol.WsEntry]) -> list[bytes]:
+    def _read_all(self, entries: list[protocol.WsEntry]) -> list[tuple[bytes | None, str]]:
         return [self._read(e) for e in entries]
 
-    def _read(self, entry: protocol.WsEntry) -> bytes:
+    def _read(self, entry: protocol.WsEntry) -> tuple[bytes | None, str]:
+        """The file's bytes and how they relate to the scan: "" (its hash), "changed"
+        (read consistently: no change of its stat across the read), :data:`UNSTABLE`
+        (still changing after :data:`READS` reads: the last one); None: it vanished.
+
+        Raises:
+            WorkspaceError: it cannot be read, grew over its cap, or is no longer a file
+                inside the tree (a link replaced it).
+        """
         path = os.path.join(self.root, entry.path)
-        try:
-            with open(path, "rb") as f:
+        data: bytes | None = None
+        for _ in range(READS):
+            # Resolved each time: an edit may have made it a link since the scan, and new
+            # content is only taken from a regular file inside the tree.
+            real = os.path.realpath(path)
+            try:
+                # No following a link made after the resolve; no waiting on a FIFO made
+                # in the file's place (O_NONBLOCK changes nothing for a regular file).
+                fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK
+                             | getattr(os, "O_NOFOLLOW", 0))
+            except (FileNotFoundError, NotADirectoryError):
+                self._forget(path)
+                return None, ""
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    continue  # made a link between the resolve and the open: again
+                raise WorkspaceError(f"cannot read {entry.path}: {exc.strerror or exc}",
+                                     remedy="fix its permissions, or ignore it "
+                                            "(.gitignore)") from exc
+            read_at = time.time_ns()
+            with os.fdopen(fd, "rb") as f:
+                before = os.fstat(fd)
+                if not stat.S_ISREG(before.st_mode):
+                    # A directory or a FIFO where the file was: no file any more, as
+                    # the next scan will see it.
+                    self._forget(path)
+                    return None, ""
                 data = f.read(self.caps.file_bytes + 1)
-        except OSError as exc:
-            raise WorkspaceError(f"cannot read {entry.path}: {exc.strerror or exc}",
-                                 remedy="sync again") from exc
-        if hashlib.sha256(data).hexdigest() != entry.sha256:
-            if self.cache is not None:
-                # A hash the cache held and the file no longer has: hashed again next
-                # time, so "sync again" is a remedy, not a loop.
-                for key in (path, os.path.realpath(path)):  # a link's hash is its target's
-                    self.cache.forget(key)
-                self.cache.save()
-            raise WorkspaceError(f"{entry.path} changed while the workspace was being sent",
-                                 remedy="sync again")
-        return data
+                after = os.fstat(fd)
+            if hashlib.sha256(data).hexdigest() == entry.sha256:
+                return data, ""  # what the scan hashed: consistent by its hash
+            self._forget(path)
+            if not real.startswith(str(self.root) + os.sep):
+                raise WorkspaceError(f"{entry.path} became a link out of the tree while "
+                                     "the workspace was being sent",
+                                     remedy="copy what it points to into the project, or "
+                                            "ignore it (.gitignore)")
+            if len(data) > self.caps.file_bytes:
+                raise WorkspaceError(f"{entry.path} grew over the workspace's "
+                                     f"{self.caps.file_bytes >> 20} MiB file cap while it "
+                                     "was being sent", remedy="ignore it (.gitignore)")
+            if _stat_key(before) == _stat_key(after):
+                if self.cache is not None:  # the next scan need not read it again
+                    self.cache.learn(real, after, hashlib.sha256(data).hexdigest(), read_at)
+                return data, "changed"
+        if data is None:
+            raise WorkspaceError(f"{entry.path} kept being replaced by a link while the "
+                                 "workspace was being sent", remedy="sync again")
+        return data, UNSTABLE
+
+    def _forget(self, path: str) -> None:
+        """The cache's hash of ``path`` is no longer its content: hash it again next time."""
+        if self.cache is not None:
+            for key in (path, os.path.realpath(path)):  # a link's hash is its target's
+                self.cache.forget(key)
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
 async def _stored(puts: list[asyncio.Task[protocol.WorkspaceStored]],
