@@ -112,8 +112,11 @@ class _Avg:
             return f.read()
 
 class profile:
-    def __init__(self, activities):
-        assert activities == [ProfilerActivity.CUDA]
+    def __init__(self, activities, with_stack=False, record_shapes=False):
+        # Host activity and Python stacks: the evidence for host time and kernel code.
+        assert activities == [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+        assert with_stack == (os.environ.get("GPUWS_TORCH_STACK", "1") != "0")
+        assert not record_shapes
         self.running = False
     def start(self):
         self.running = True

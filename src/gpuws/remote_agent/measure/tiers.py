@@ -27,7 +27,7 @@ NCU_METRICS = ["duration_ns", "sm_throughput_pct", "memory_throughput_pct",
                "tensor_pipe_active_pct", "warp stall reasons", "flops", "dram_bytes"]
 #: What Tier 2's timeline adds to its kernel table (``protocol.KernelTable``).
 TIMELINE_KEYS = ("gpu_idle_pct", "memcpy_pct", "span_ns", "gap_count", "largest_gap_ns",
-                 "sync_count", "sync_ns")
+                 "sync_count", "sync_ns", "window", "host", "comm", "ranks")
 COUNTER_REMEDIES = [
     "on the host: options nvidia NVreg_RestrictProfilingToAdminUsers=0 in "
     "/etc/modprobe.d/, then reboot (or reload the nvidia module)",
