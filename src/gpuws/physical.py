@@ -142,6 +142,7 @@ FIELDS: dict[tuple[str, str], str] = {
     ("HostTime", "launch_ns"): "ns", ("HostTime", "op_ns"): "ns",
     ("HostTime", "dispatch_ns"): "ns", ("HostTime", "sync_ns"): "ns",
     ("HostTime", "sync_calls"): "count", ("HostTime", "data_ns"): "ns",
+    ("HostTime", "comm_ns"): "ns",
     ("HostTime", "python_ns"): "ns", ("CommShare", "comm_ns"): "ns",
     ("CommShare", "exposed_ns"): "ns", ("CommShare", "comm_pct"): "share",
     ("CommShare", "exposed_pct"): "share", ("RankTable", "rank"): "count",
@@ -179,7 +180,7 @@ UNCHECKED: frozenset[tuple[str, str]] = frozenset({
     ("RunSpec", "tiers"), ("RunSpec", "target_ci"), ("RunSpec", "max_seconds"),
     ("RunSpec", "min_samples"), ("RunSpec", "warmup"), ("RunSpec", "launch_skip"),
     ("RunSpec", "launch_count"), ("RunSpec", "timeout_s"), ("RunSpec", "profile_iters"),
-    ("RunSpec", "max_tier3_s"),
+    ("RunSpec", "max_tier3_s"), ("RunSpec", "rank"),
 })
 
 def within(value: float | None, kind: str) -> bool:

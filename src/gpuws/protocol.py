@@ -72,6 +72,9 @@ class RunSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     clock_control: str = "none"
     cache_control: str = "all"
     ncu_path: str | None = None
+    #: The rank whose process Tier 3 profiles where the workload starts several (None:
+    #: rank 0 where Tier 2 saw ranks).
+    rank: int | None = None
     # file: workloads carry their source so the run dir is self-contained.
     file_name: str | None = None
     file_b64: str | None = None
@@ -638,6 +641,8 @@ class HostTime(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sync_ns: float = 0.0
     sync_calls: int = 0
     data_ns: float = 0.0
+    #: In torch.distributed's collectives (a host backend such as gloo blocks there).
+    comm_ns: float = 0.0
     python_ns: float = 0.0
     #: The deepest code frame every launch of the window ran under (the loop).
     loop: str | None = None

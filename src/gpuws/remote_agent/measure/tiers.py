@@ -228,7 +228,12 @@ def run_command(ctx: "RunContext", command: str, pod: Pod) -> None:
         if 2 in tiers else None
     if 3 in tiers and not procs.CANCELLED["flag"]:
         regex = ctx.spec.get("kernel_regex")  # the person's --kernel-regex, else the top
-        fell_back = tier3(ctx, pod, argv, table, regex, python=False, measured={
+        # Several ranks (Tier 2 saw them, or --rank named one): ncu profiles one.
+        rank = ctx.spec.get("rank")
+        if rank is None and recorded is not None and len(torch_profile.ranks_seen(recorded)) > 1:
+            rank = 0
+        fell_back = tier3(ctx, pod, argv, table, regex, python=False,
+                          rank=int(rank) if rank is not None and inject else None, measured={
             "setup_s": wall0, "tier2_wall_s": time.time() - t2 if 2 in tiers else None,
             "setup_basis": "the command's own run" + (
                 " (under torch.profiler)" if recorded is not None else "")})
@@ -712,8 +717,11 @@ def counters_blocked(ctx: "RunContext", *, observed: bool, cause: str, tier1_ran
 
 def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[Dict[str, Any]]],
           regex: Optional[str], *, python: bool,
-          measured: Optional[Dict[str, Any]] = None) -> bool:
+          measured: Optional[Dict[str, Any]] = None, rank: Optional[int] = None) -> bool:
     """Nsight Compute on the chosen kernels. Returns True when it fell back.
+
+    ``rank``: profile only that rank's process of a command that starts several Pythons
+    (:func:`.torch_profile.prepare_rank`).
 
     ``measured``: what earlier tiers measured for the estimate (:mod:`.tier3_cost`);
     the estimate rides on the ``tier_started`` that carries ncu's argv, and a plan over
@@ -767,6 +775,10 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
         if python:
             # Only what runs between cudaProfilerStart/Stop: the workload, not its setup.
             argv[1:1] = ["--profile-from-start", "off"]
+        env = ctx.env
+        if rank is not None:
+            env = dict(ctx.env)
+            argv[1:1] = torch_profile.prepare_rank(ctx.run_dir, env, rank)
         ctx.emit(wire.make("tier_started", tier=3, name="Nsight Compute %s"
                            % (sel.get("selected_version") or ""), argv=argv,
                            estimate=estimate))
@@ -777,7 +789,7 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
                 if item.get("kind") == "progress":
                     ctx.emit(progress_event(item))
 
-        res = procs.run_streaming(argv, emit=ctx.emit, tier=3, cwd=ctx.work_dir, env=ctx.env,
+        res = procs.run_streaming(argv, emit=ctx.emit, tier=3, cwd=ctx.work_dir, env=env,
                                   on_chunk=on_chunk, timeout_s=ctx.spec.get("timeout_s"),
                                   line_filter=lambda s: not s.startswith("==PROF== Profiling"))
         for item in parser.close():

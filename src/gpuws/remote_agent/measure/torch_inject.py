@@ -33,13 +33,28 @@ from typing import Any, List, Optional
 
 DIR_ENV = "GPUWS_TORCH_TRACE_DIR"
 STACK_ENV = "GPUWS_TORCH_STACK"
+#: Tier 3 of one rank: the process of this rank opens an NVTX start/end range named
+#: ``RANK_RANGE % rank`` as torch is imported, and ncu profiles only kernels inside it
+#: (``--nvtx --nvtx-include``), so the other ranks run unprofiled.
+NVTX_RANK_ENV = "GPUWS_NVTX_RANK"
+RANK_RANGE = "gpuws_rank%d"
+#: Where launchers put a process's rank: torchrun, then Open MPI, then MPICH/Slurm's PMI.
+RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "LOCAL_RANK")
+
+
+def process_rank() -> Optional[int]:
+    """This process's rank as its launcher set it, or None outside a launcher."""
+    for var in RANK_VARS:
+        value = os.environ.get(var, "")
+        if value.isdigit() and len(value) <= 6:
+            return int(value)
+    return None
 
 
 def _suffix() -> str:
     """``<pid>-r<rank>`` under a launcher that names ranks, else ``<pid>``."""
-    rank = os.environ.get("RANK", os.environ.get("LOCAL_RANK", ""))
-    return "%d-r%s" % (os.getpid(), rank) if rank.isdigit() and len(rank) <= 6 \
-        else "%d" % os.getpid()
+    rank = process_rank()
+    return "%d" % os.getpid() if rank is None else "%d-r%d" % (os.getpid(), rank)
 
 
 def _note(directory: str, text: str) -> None:
@@ -67,8 +82,9 @@ def _chain_shadowed() -> None:
 class TorchHook:
     """A ``sys.meta_path`` finder that starts the profiler once ``torch`` is imported."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: Optional[str], nvtx_rank: Optional[int] = None) -> None:
         self.directory = directory
+        self.nvtx_rank = nvtx_rank
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name != "torch":
@@ -85,10 +101,14 @@ class TorchHook:
             return spec
         original = loader.exec_module
         directory = self.directory
+        nvtx_rank = self.nvtx_rank
 
         def exec_module(module: Any) -> None:
             original(module)
-            start_profiler(module, directory)
+            if directory:
+                start_profiler(module, directory)
+            if nvtx_rank is not None:
+                mark_rank(module, nvtx_rank)
 
         loader.exec_module = exec_module
         return spec
@@ -111,6 +131,19 @@ def start_profiler(torch: Any, directory: str) -> Optional[Any]:
         return None
     atexit.register(stop_and_write, prof, torch, directory)
     return prof
+
+
+def mark_rank(torch: Any, wanted: int) -> bool:
+    """In the process of rank ``wanted`` (rank 0 outside a launcher), open the NVTX range
+    Tier 3's ncu is told to profile in; it stays open to the process's end."""
+    rank = process_rank()
+    if (rank if rank is not None else 0) != wanted:
+        return False
+    try:
+        torch.cuda.nvtx.range_start(RANK_RANGE % wanted)
+    except Exception:  # the workload must run even when NVTX cannot
+        return False
+    return True
 
 
 def stop_and_write(prof: Any, torch: Any, directory: str) -> List[str]:
@@ -155,8 +188,10 @@ def _write_atomic(path: str, text: str) -> None:
 def install() -> None:
     """What ``sitecustomize`` does: hook torch's import (when asked to), then chain."""
     directory = os.environ.get(DIR_ENV)
-    if directory and "torch" not in sys.modules:
-        sys.meta_path.insert(0, TorchHook(directory))
+    wanted = os.environ.get(NVTX_RANK_ENV, "")
+    nvtx_rank = int(wanted) if wanted.isdigit() and len(wanted) <= 6 else None
+    if (directory or nvtx_rank is not None) and "torch" not in sys.modules:
+        sys.meta_path.insert(0, TorchHook(directory, nvtx_rank))
     try:
         _chain_shadowed()
     except Exception as exc:

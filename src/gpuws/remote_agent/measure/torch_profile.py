@@ -73,6 +73,32 @@ def prepare(run_dir: str, env: Dict[str, str], inject: bool, name: str = "torchp
     return out
 
 
+def prepare_rank(run_dir: str, env: Dict[str, str], rank: int) -> List[str]:
+    """Make ``env`` mark rank ``rank``'s process for Tier 3 (see ``torch_inject.mark_rank``)
+    without profiling anything; returns the ncu options that profile only inside the mark.
+
+    ncu's NVTX filter (``--nvtx --nvtx-include NAME``, a start/end range without the
+    trailing ``/`` that push/pop ranges take) keeps every other process of ``torchrun`` or
+    ``mpirun`` unprofiled while they still run, so the collectives complete."""
+    from .torch_inject import NVTX_RANK_ENV, RANK_RANGE
+
+    env.pop(DIR_ENV, None)
+    prepare(run_dir, env, True, name="ncu-rank")
+    env.pop(DIR_ENV, None)
+    env[NVTX_RANK_ENV] = str(rank)
+    return ["--nvtx", "--nvtx-include", RANK_RANGE % rank]
+
+
+def ranks_seen(out: str) -> List[int]:
+    """The ranks whose profiles lie in ``out`` (from the files' names)."""
+    try:
+        names = os.listdir(out)
+    except OSError:
+        return []
+    return sorted({int(m.group(3)) for m in map(_FILE.match, names)
+                   if m is not None and m.group(3) is not None})
+
+
 def read_results(out: str, max_bytes: int = MAX_READ_BYTES) -> Dict[str, Any]:
     """The ranked kernel table and shares from the files the profiled processes left.
 

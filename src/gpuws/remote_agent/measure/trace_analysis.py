@@ -53,6 +53,16 @@ _INTERNAL_PATH = re.compile(
     r"importlib|typing|abc|enum|site|sitecustomize|copy|weakref|warnings|"
     r"collections|dataclasses|inspect)(/|\.py$)|/lib/python\d\.\d+/[^/]+\.py$"
     r"|^<|^\?")
+#: Frames that only wrap another (decorators, nn.Module's call machinery): a phase is
+#: named after what they wrap.
+_WRAPPER = re.compile(r": (wrapper|inner|_call_impl|_wrapped_call_impl|decorate_context|"
+                      r"<module>|main|_run_code|_run_module_code|run_path|__exit__|__enter__)$")
+#: torch.distributed's collectives called from Python (a host backend such as gloo
+#: blocks in them).
+COMM_FRAME = re.compile(r"torch/distributed/distributed_c10d\.py\(\d+\): (all_reduce|"
+                        r"all_gather|all_gather_into_tensor|reduce_scatter|"
+                        r"reduce_scatter_tensor|broadcast|reduce|all_to_all|"
+                        r"all_to_all_single|barrier|send|recv|gather|scatter)$")
 #: Frames of data loading (torch's DataLoader, a Dataset's __getitem__).
 DATA_FRAME = re.compile(r"torch/utils/data/|(^|[^a-z])(dataloader|dataset)\.py", re.I)
 #: The steps of a generation loop are decode steps (each one new token).
@@ -387,7 +397,8 @@ def _left_out(kernels: List[_Kernel], lo_i: int, hi_i: int, lo: int, hi: int,
                     "what": stacks.longest_between(kernels[0].launch_ts, host_lo)})
     end = max(t_last if t_last is not None else 0, max(k.end for k in kernels))
     if end > hi:
-        out.append({"phase": "after the window (%d kernels)" % (len(kernels) - hi_i),
+        after = len(kernels) - hi_i
+        out.append({"phase": "after the window" + (" (%d kernels)" % after if after else ""),
                     "ns": float(end - hi), "what": ""})
     return out
 
@@ -467,10 +478,15 @@ class _Stacks:
         self_ns: Counter[str] = Counter()
         fr = [f for f in self.frames if f[2] == tid and f[1] > lo and f[0] < hi]
         data_end = -1
+        comm_ns = 0
+        comm_end = -1
         for a, b, _t, name in fr:
             if a >= data_end and DATA_FRAME.search(name.split("(", 1)[0]):
                 data_ns += min(b, hi) - max(a, lo)
                 data_end = b
+            if a >= comm_end and COMM_FRAME.search(name):
+                comm_ns += min(b, hi) - max(a, lo)
+                comm_end = b
         for label, ns in _self_times(fr, [o for o in self.ops if o[2] == tid], lo, hi):
             self_ns[label] += ns
         loop: Optional[Tuple[int, ...]] = None
@@ -491,8 +507,8 @@ class _Stacks:
             "wall_ns": float(wall), "launches": n_launch, "launch_ns": float(launch_ns),
             "op_ns": float(op_ns), "dispatch_ns": float(dispatch_ns),
             "sync_ns": float(sync_ns), "sync_calls": len(syncs),
-            "data_ns": float(data_ns),
-            "python_ns": float(max(0, wall - dispatch_ns - sync_ns - data_ns)),
+            "data_ns": float(data_ns), "comm_ns": float(comm_ns),
+            "python_ns": float(max(0, wall - dispatch_ns - sync_ns - data_ns - comm_ns)),
             "loop": self._labels[loop[-1]] if loop else None,
             "launch_sites": [{"code": s, "count": float(n)} for s, n in
                              sites.most_common(TOP_SITES)],
@@ -517,7 +533,7 @@ class _Stacks:
         for start, end, _tid, name in self.frames:
             if (a is not None and start < a) or end > b or start < taken_end:
                 continue
-            if end - start >= 1_000_000 and (is_code(name) or "init_process_group" in name):
+            if end - start >= 1_000_000 and not _WRAPPER.search(name):
                 picked.append((end - start, name))
                 taken_end = end
         picked.sort(reverse=True)

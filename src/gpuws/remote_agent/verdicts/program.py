@@ -441,13 +441,17 @@ def _host_evidence(host: Dict[str, Any], busy: float, memcpy: Optional[float],
     data_ns = float(host.get("data_ns") or 0.0)
     dispatch_ns = float(host.get("dispatch_ns") or 0.0)
     python_ns = float(host.get("python_ns") or 0.0)
+    comm_ns = float(host.get("comm_ns") or 0.0)
     idle = 100.0 - busy
     per_launch = wall / launches if launches else None
     steps = _num((window or {}).get("steps"))
     loop = host.get("loop")
     split = ("PyTorch ops (dispatch and launch) %.0f%%, other Python %.0f%%, waits for the "
-             "GPU %.0f%%, data loading %.0f%%" % tuple(100.0 * x / wall for x in (
-                 dispatch_ns, python_ns, sync_ns, data_ns)))
+             "GPU %.0f%%, data loading %.0f%%" % (
+                 100.0 * dispatch_ns / wall, 100.0 * python_ns / wall, 100.0 * sync_ns / wall,
+                 100.0 * data_ns / wall))
+    if comm_ns:
+        split += ", collectives %.0f%%" % (100.0 * comm_ns / wall)
     ev = [evidence("GPU busy share of the window", busy, "%", src),
           evidence("host time in the window", wall, "ns", src),
           evidence("host time in PyTorch ops", dispatch_ns, "ns", src),
@@ -480,6 +484,20 @@ def _host_evidence(host: Dict[str, Any], busy: float, memcpy: Optional[float],
             + ["use non_blocking copies into pinned memory and an event instead of a "
                "stream sync"],
             "evidence": ev}
+    if comm_ns >= SYNC_HOST_SHARE * wall:
+        return "communication", {
+            "code": "communication_bound", "severity": "warning",
+            "title": "Communication-bound: the host waits in collectives %.0f%% of its time%s"
+                     % (100.0 * comm_ns / wall, _where(where)),
+            "detail": "the trace shows the host inside torch.distributed's collectives "
+                      "(all_reduce and the like) while the GPU is idle %.0f%% of the window. "
+                      "Host time: %s" % (idle, split),
+            "remedies": ["overlap communication with compute: issue collectives with "
+                         "async_op=True and wait later, or DDP's bucketed all-reduce during "
+                         "backward",
+                         "use the nccl backend where each rank has a GPU (gloo and MPI "
+                         "reduce through host memory)"],
+            "evidence": [*ev, evidence("host time in collectives", comm_ns, "ns", src)]}
     if data_ns >= DATA_HOST_SHARE * wall:
         return "host", {
             "code": "data_bound", "severity": "warning",
