@@ -22,7 +22,12 @@ from gpuws import protocol
 from gpuws.remote_agent import wire
 from gpuws.remote_agent.measure import tier2_parse as t2
 from gpuws.remote_agent.measure import tiers
-from gpuws.remote_agent.measure.torch_profile import prepare, read_results
+from gpuws.remote_agent.measure.torch_profile import (
+    prepare,
+    prepare_rank,
+    ranks_seen,
+    read_results,
+)
 from gpuws.remote_agent.worker import RunContext
 
 FIXTURE = (Path(__file__).parents[2] / "fixtures" / "ncu-2025.3.1-h200"
@@ -96,6 +101,12 @@ class cuda:
     @staticmethod
     def synchronize():
         pass
+    class nvtx:
+        @staticmethod
+        def range_start(msg):
+            with open(os.environ["FAKE_NVTX_LOG"], "a") as f:
+                f.write("%s %s\\n" % (os.environ.get("RANK"), msg))
+            return 1
 '''
 
 FAKE_PROFILER = '''
@@ -169,6 +180,36 @@ def test_injection_costs_nothing_without_torch(tmp_path: Path,
     assert res.returncode == 0 and res.stdout == "no torch here\n" and res.stderr == ""
     assert os.listdir(out) == []
     assert read_results(out)["processes"] == 0
+
+
+def test_each_rank_s_profile_is_named_by_its_rank(tmp_path: Path,
+                                                  fake_torch: dict[str, str]) -> None:
+    env = {**os.environ, **fake_torch}
+    out = prepare(str(tmp_path / "run"), env, inject=True)
+    for rank in ("0", "1"):
+        subprocess.run([sys.executable, "-c", "import torch"], env={**env, "RANK": rank},
+                       check=True, capture_output=True, timeout=60)
+    assert sorted(n.split("-r")[-1] for n in os.listdir(out)) == [
+        "0.json", "0.txt", "1.json", "1.txt"]
+    assert ranks_seen(out) == [0, 1]
+    got = read_results(out)
+    assert got["processes"] == 2 and [r["rank"] for r in got["ranks"]] == [0, 1]
+
+
+def test_tier3_of_one_rank_marks_only_that_rank_s_process(tmp_path: Path,
+                                                         fake_torch: dict[str, str]) -> None:
+    env = {**os.environ, **fake_torch, "GPUWS_TORCH_TRACE_DIR": "/should/go",
+           "FAKE_NVTX_LOG": str(tmp_path / "nvtx.log")}
+    extra = prepare_rank(str(tmp_path / "run"), env, 1)
+    # ncu profiles inside the start/end range only (no trailing "/": not push/pop).
+    assert extra == ["--nvtx", "--nvtx-include", "gpuws_rank1"]
+    assert "GPUWS_TORCH_TRACE_DIR" not in env  # marking, not profiling
+    for rank in ("0", "1", "2"):
+        subprocess.run([sys.executable, "-c", "import torch"], env={**env, "RANK": rank},
+                       check=True, capture_output=True, timeout=60)
+    assert (tmp_path / "nvtx.log").read_text() == "1 gpuws_rank1\n"
+    assert not (tmp_path / "run" / "torchprof" / "out").exists() or not os.listdir(
+        tmp_path / "run" / "torchprof" / "out")
 
 
 class NoToolsPod:
