@@ -107,10 +107,19 @@ class cuda:
             with open(os.environ["FAKE_NVTX_LOG"], "a") as f:
                 f.write("%s %s\\n" % (os.environ.get("RANK"), msg))
             return 1
+
+if os.environ.get("FAKE_TORCH_LAZY"):
+    # CUDA initialised lazily, as torch does: torch.cuda._lazy_init on first use.
+    _state = []
+    def _lazy_init():
+        _state.append(1)
+    cuda._lazy_init = staticmethod(_lazy_init)
+    cuda.is_initialized = staticmethod(lambda: bool(_state))
 '''
 
 FAKE_PROFILER = '''
 import json, os
+LOG = os.environ.get("FAKE_TORCH_LOG")
 FIXTURE = os.environ["FAKE_TORCH_TABLE"]
 TRACE = json.loads(os.environ["FAKE_TORCH_TRACE"])
 
@@ -130,6 +139,9 @@ class profile:
         assert not record_shapes
         self.running = False
     def start(self):
+        if LOG:
+            with open(LOG, "a") as f:
+                f.write("profiler started\\n")
         self.running = True
     def stop(self):
         assert self.running
@@ -169,6 +181,28 @@ def test_injected_sitecustomize_profiles_a_python_that_imports_torch(
     got = read_results(out)
     assert [r["name"] for r in got["kernels"]] == ["A", "B"] and got["processes"] == 1
     assert (tmp_path / "chained").read_text() == "ran"  # the shadowed one still ran
+
+
+def test_the_profiler_starts_when_cuda_does_not_at_torch_s_import(
+        tmp_path: Path, fake_torch: dict[str, str]) -> None:
+    """A whole-program trace with Python stacks was 2.3 GB for an HF generate (the
+    imports after torch's); nothing runs on the GPU before CUDA starts, so neither does
+    the profiler. A process that never starts CUDA (torchrun's launcher) writes nothing."""
+    log = tmp_path / "log"
+    env = {**os.environ, **fake_torch, "FAKE_TORCH_LAZY": "1", "FAKE_TORCH_LOG": str(log)}
+    out = prepare(str(tmp_path / "run"), env, inject=True)
+    script = ("import torch\n"
+              f"open({str(log)!r}, 'a').write('imported, building the model\\n')\n"
+              "torch.cuda._lazy_init(); torch.cuda._lazy_init()\n"
+              f"open({str(log)!r}, 'a').write('on the GPU\\n')\n")
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)
+    assert log.read_text().splitlines() == [
+        "imported, building the model", "profiler started", "on the GPU"]
+    assert len(os.listdir(out)) == 2
+    for name in os.listdir(out):
+        os.unlink(os.path.join(out, name))
+    subprocess.run([sys.executable, "-c", "import torch"], env=env, check=True, timeout=60)
+    assert os.listdir(out) == []
 
 
 def test_injection_costs_nothing_without_torch(tmp_path: Path,

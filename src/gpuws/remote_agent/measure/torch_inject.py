@@ -2,9 +2,10 @@
 
 The worker writes this file's source as ``sitecustomize.py`` into a directory of the run
 and puts that directory first on the workload's ``PYTHONPATH``; ``site`` imports it in
-every Python the workload starts. It costs nothing until the program imports ``torch``:
-then (right after torch's own import finishes) it starts ``torch.profiler`` with CUDA
-activity (CUPTI activity records: no hardware counters, no permissions) and CPU activity
+every Python the workload starts. It costs nothing until the program imports ``torch``
+and then initialises CUDA (:func:`start_at_cuda_init`): then it starts ``torch.profiler``
+with CUDA activity (CUPTI activity records: no hardware counters, no permissions) and CPU
+activity
 with Python stacks (``with_stack=True``): the host's operators, API calls and Python
 frames, which say where the host's time goes between kernels and which code launched
 each kernel. ``GPUWS_TORCH_STACK=0`` leaves the stacks out (CUDA and CPU activity only),
@@ -17,8 +18,9 @@ where a launcher such as ``torchrun`` set it):
   intervals give the GPU idle and memcpy shares;
 - ``torch-inject-<pid>.err``: why not, when the profiler could not start or stop.
 
-Measured on the H200 pod: a small transformer script took 7.4 s this way against 31.8 s
-under one ncu pass through a shell. Whatever goes wrong here must never break the
+Measured on the H200 pod (CUDA activity only, before host activity and stacks were
+added): a small transformer script took 7.4 s this way against 31.8 s under one ncu pass
+through a shell. Whatever goes wrong here must never break the
 workload: every step is guarded, and the ``sitecustomize`` this one shadows (a distro's
 or a virtualenv's) still runs.
 
@@ -33,6 +35,8 @@ from typing import Any, List, Optional
 
 DIR_ENV = "GPUWS_TORCH_TRACE_DIR"
 STACK_ENV = "GPUWS_TORCH_STACK"
+#: ``import`` starts the profiler as torch is imported instead of at CUDA's start.
+START_ENV = "GPUWS_TORCH_START"
 #: Tier 3 of one rank: the process of this rank opens an NVTX start/end range named
 #: ``RANK_RANGE % rank`` as torch is imported, and ncu profiles only kernels inside it
 #: (``--nvtx --nvtx-include``), so the other ranks run unprofiled.
@@ -106,12 +110,45 @@ class TorchHook:
         def exec_module(module: Any) -> None:
             original(module)
             if directory:
-                start_profiler(module, directory)
+                start_at_cuda_init(module, directory)
             if nvtx_rank is not None:
                 mark_rank(module, nvtx_rank)
 
         loader.exec_module = exec_module
         return spec
+
+
+def start_at_cuda_init(torch: Any, directory: str) -> None:
+    """Start the profiler when the process first initialises CUDA, not at torch's import.
+
+    No kernel can run before CUDA is initialised, so the GPU side loses nothing; the host
+    side leaves out the imports and model building before it, which under ``with_stack``
+    are most of a trace: an HF generate's whole-program trace was 2.3 GB on the H200
+    (the import of transformers alone is millions of Python calls), far over what is
+    read back. A process that never touches CUDA (``torchrun``'s launcher) writes
+    nothing. torch's C++ initialises CUDA through ``torch.cuda._lazy_init`` looked up by
+    name, as do torch.cuda's own functions, so wrapping that attribute sees every path.
+    """
+    cuda: Any = getattr(torch, "cuda", None)
+    original = getattr(cuda, "_lazy_init", None)
+    try:
+        ready = bool(cuda.is_initialized()) if cuda is not None else True
+    except Exception:
+        ready = True
+    if original is None or ready or os.environ.get(START_ENV) == "import":
+        start_profiler(torch, directory)
+        return
+    started: List[bool] = []
+
+    def _lazy_init(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        if not started:
+            started.append(True)
+            cuda._lazy_init = original  # once: later calls go straight to torch's
+            start_profiler(torch, directory)
+        return result
+
+    cuda._lazy_init = _lazy_init
 
 
 def start_profiler(torch: Any, directory: str) -> Optional[Any]:

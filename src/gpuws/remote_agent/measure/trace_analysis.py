@@ -73,7 +73,8 @@ _TORCH_ANNOTATION = re.compile(r"::|:|^##|#|^Optimizer|^DistributedDataParallel|
                                r"^cuda|^enumerate\(DataLoader\)")
 #: A kernel sequence repeats where one segment signature covers most kernels; anchors
 #: tried (rarest repeated kernels first) and the fewest repeats that make a steady state.
-MAX_ANCHORS = 40
+MAX_ANCHORS = 200
+MAX_ANCHOR_WORK = 20_000_000
 MIN_STEPS = 3
 #: Most rows kept per kernel table (the wire's bound; the rest is in the shares).
 MAX_ROWS = 200
@@ -337,8 +338,11 @@ def _repeated_steps(kernels: List[_Kernel]) -> Optional[Dict[str, Any]]:
     seq = [names.setdefault(k.name, len(names)) for k in kernels]
     counts = Counter(seq)
     candidates = sorted((c, n) for n, c in counts.items() if MIN_STEPS <= c <= len(seq) // 2)
+    # Each anchor costs a pass over the sequence: fewer for a long one (a training run's
+    # million kernels), so the agent's reading stays in seconds.
+    anchors = max(8, min(MAX_ANCHORS, MAX_ANCHOR_WORK // max(1, len(seq))))
     tried = []
-    for _c, anchor in candidates[:MAX_ANCHORS]:
+    for _c, anchor in candidates[:anchors]:
         cuts = [i for i, n in enumerate(seq) if n == anchor] + [len(seq)]
         sigs = [hash(tuple(seq[a:b])) for a, b in zip(cuts, cuts[1:])]
         if not sigs:
@@ -569,7 +573,9 @@ def _self_times(frames: List[Tuple[int, int, Any, str]], ops: List[Tuple[int, in
             continue
         if stack:
             stack[-1][3] += max(0, min(end, hi) - max(start, lo))
-        label = frame_label(name) if is_code(name) else (stack[-1][2] if stack else None)
+        # A collective's wait is communication, not its caller's Python: nobody's.
+        label = None if COMM_FRAME.search(name) else frame_label(name) if is_code(name) \
+            else (stack[-1][2] if stack else None)
         stack.append([end, start, label, 0])
     while stack:
         close(stack.pop())

@@ -528,15 +528,23 @@ def _host_evidence(host: Dict[str, Any], busy: float, memcpy: Optional[float],
         remedies.append("give each launch more work: bigger batches")
         per_step = ("%.0f launches a %s, " % (launches / steps, "decode step" if decode
                                               else "step")) if steps else ""
+        known = sum(float(x.get("count") or 0.0) for x in sites)
+        by_code = "; launches by code: %s" % ", ".join(
+            "%s %.0f%%" % (_site(x), 100.0 * float(x.get("count") or 0.0)
+                           / max(float(launches), known))
+            for x in sites[:4]) if sites and known else ""
+        ev.append(evidence("host time in PyTorch ops per launch", dispatch_ns / launches,
+                           "ns", src))
         return "launch", {
             "code": "dispatch_bound", "severity": "warning",
             "title": "Dispatch-bound: the host spends %s per kernel launch, from %s%s" % (
                 _duration(per_launch or 0.0), origin, under),
             "detail": "the GPU is idle %.0f%%%s while the host runs Python and PyTorch's "
                       "dispatch for each of %d short kernels (%smean kernel %s): the cost "
-                      "is per launch, not in any kernel. Host time: %s%s" % (
+                      "is per launch, not in any kernel. Host time: %s%s%s" % (
                           idle, _where(where), launches, per_step,
-                          _duration(mean_ns) if mean_ns is not None else "?", split, top_py),
+                          _duration(mean_ns) if mean_ns is not None else "?", split, top_py,
+                          by_code),
             "remedies": remedies, "evidence": ev}
     return "host", {
         "code": "python_bound", "severity": "warning",
