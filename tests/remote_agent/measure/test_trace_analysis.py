@@ -129,6 +129,37 @@ def test_two_ranks_give_a_table_each_and_the_merged_one_on_the_wire(tmp_path: Pa
     assert table.window is not None and table.window.label == "steps"
 
 
+def annotated_variant(trace: dict[str, Any], name: str) -> dict[str, Any]:
+    """SYNTHETIC marks on a real trace: the DDP step as if the program wrapped each step in
+    ``name`` (``ProfilerStep#N`` from ``prof.step()``, or ``record_function(name)``): one
+    user_annotation from each GEMM's launch to the next, the last to its program's end."""
+    out = copy.deepcopy(trace)
+    launches = sorted(e["ts"] for e in out["traceEvents"]
+                      if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                      and str(e.get("name", "")).startswith("cuLaunchKernel"))
+    main = next(e for e in out["traceEvents"] if e.get("cat") == "python_function"
+                and str(e.get("name", "")).endswith(": main"))
+    ends = [*launches[1:], main["ts"] + main["dur"]]
+    for i, (a, b) in enumerate(zip(launches, ends, strict=True)):
+        out["traceEvents"].append({
+            "ph": "X", "cat": "user_annotation", "pid": main["pid"], "tid": main["tid"],
+            "name": f"ProfilerStep#{i}" if name == "ProfilerStep" else name,
+            "ts": a - 1.0, "dur": b - a})
+    return out
+
+
+@pytest.mark.parametrize("name,basis,label", [
+    ("ProfilerStep", "ProfilerStep", "steps"),
+    ("train_step", "record_function", "'train_step' steps")])
+def test_steps_the_program_marks_win_over_repeats(name: str, basis: str, label: str) -> None:
+    got = ta.analyse(annotated_variant(load("ddp-rank0.trace.json.gz"), name))
+    w = got["window"]
+    # All 40 marked steps count (the 40th too: its closing kernels are in the mark); the
+    # first is the warm-up.
+    assert (w["basis"], w["label"], w["first_step"], w["last_step"]) == (basis, label, 2, 40)
+    assert 15e6 < w["step_ns"] < 30e6
+
+
 def nccl_variant(trace: dict[str, Any], comm_factor: float) -> dict[str, Any]:
     """SYNTHETIC: the gloo DDP trace as NCCL would run it (no two-GPU machine was lent).
 
