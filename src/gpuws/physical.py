@@ -134,6 +134,21 @@ FIELDS: dict[tuple[str, str], str] = {
     ("KernelTable", "span_ns"): "ns", ("KernelTable", "largest_gap_ns"): "ns",
     ("KernelTable", "gap_count"): "count",
     ("KernelTable", "sync_count"): "count", ("KernelTable", "sync_ns"): "ns",
+    # The steady window, host time, communication and ranks of a kernel table.
+    ("Phase", "ns"): "ns", ("SteadyWindow", "first_step"): "count",
+    ("SteadyWindow", "last_step"): "count", ("SteadyWindow", "steps"): "count",
+    ("SteadyWindow", "step_ns"): "ns", ("SteadyWindow", "kernels_per_step"): "count",
+    ("HostSite", "count"): "count", ("HostSite", "ns"): "ns",
+    ("HostTime", "wall_ns"): "ns", ("HostTime", "launches"): "count",
+    ("HostTime", "launch_ns"): "ns", ("HostTime", "op_ns"): "ns",
+    ("HostTime", "dispatch_ns"): "ns", ("HostTime", "sync_ns"): "ns",
+    ("HostTime", "sync_calls"): "count", ("HostTime", "data_ns"): "ns",
+    ("HostTime", "comm_ns"): "ns",
+    ("HostTime", "python_ns"): "ns", ("CommShare", "comm_ns"): "ns",
+    ("CommShare", "exposed_ns"): "ns", ("CommShare", "comm_pct"): "share",
+    ("CommShare", "exposed_pct"): "share", ("RankTable", "rank"): "count",
+    ("RankTable", "pid"): "pid", ("RankTable", "gpu_idle_pct"): "span_pct",
+    ("RankTable", "span_ns"): "ns",
     # Verdicts and Tier 3's coverage of Tier 2 (remote_agent/verdicts).
     ("FamilyShare", "calls"): "count", ("FamilyShare", "kernels"): "count",
     ("FamilyShare", "share_pct"): "share", ("FamilyShare", "total_ns"): "ns",
@@ -166,7 +181,7 @@ UNCHECKED: frozenset[tuple[str, str]] = frozenset({
     ("RunSpec", "tiers"), ("RunSpec", "target_ci"), ("RunSpec", "max_seconds"),
     ("RunSpec", "min_samples"), ("RunSpec", "warmup"), ("RunSpec", "launch_skip"),
     ("RunSpec", "launch_count"), ("RunSpec", "timeout_s"), ("RunSpec", "profile_iters"),
-    ("RunSpec", "max_tier3_s"),
+    ("RunSpec", "max_tier3_s"), ("RunSpec", "rank"),
 })
 
 def within(value: float | None, kind: str) -> bool:

@@ -72,6 +72,9 @@ class RunSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     clock_control: str = "none"
     cache_control: str = "all"
     ncu_path: str | None = None
+    #: The rank whose process Tier 3 profiles where the workload starts several (None:
+    #: rank 0 where Tier 2 saw ranks).
+    rank: int | None = None
     # file: workloads carry their source so the run dir is self-contained.
     file_name: str | None = None
     file_b64: str | None = None
@@ -605,6 +608,88 @@ class KernelRow(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     total_ns: float
     mean_ns: float
     share_pct: float
+    #: The code that launched this kernel most (``modeling_llama.py:123 in forward``: the
+    #: innermost Python frame outside torch and the interpreter), where the profile had
+    #: Python stacks.
+    code: str | None = None
+
+
+class Phase(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A one-time part of the run left out of the steady window, with its time."""
+
+    phase: str
+    ns: float
+    #: The longest code frames in it, with their times ("" where none).
+    what: str = ""
+
+
+class SteadyWindow(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The repeated part of a run that the kernel table and its shares describe."""
+
+    #: ``steps``, ``decode steps``, ``'train' steps``.
+    label: str
+    #: ``ProfilerStep``, ``record_function`` or ``kernel repeats``.
+    basis: str
+    first_step: int
+    last_step: int
+    steps: int
+    step_ns: float | None = None
+    kernels_per_step: float | None = None
+    left_out: list[Phase] = msgspec.field(default_factory=list)
+
+
+class HostSite(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A place in the code and what the host did there (launches, syncs, time)."""
+
+    code: str
+    count: float | None = None
+    ns: float | None = None
+
+
+class HostTime(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The launching thread's time over the steady window, split by what the trace shows:
+    PyTorch ops (dispatch and launch), waits for the GPU, data loading, other Python."""
+
+    wall_ns: float
+    launches: int = 0
+    launch_ns: float = 0.0
+    op_ns: float = 0.0
+    dispatch_ns: float = 0.0
+    sync_ns: float = 0.0
+    sync_calls: int = 0
+    data_ns: float = 0.0
+    #: In torch.distributed's collectives (a host backend such as gloo blocks there).
+    comm_ns: float = 0.0
+    python_ns: float = 0.0
+    #: The deepest code frame every launch of the window ran under (the loop).
+    loop: str | None = None
+    launch_sites: list[HostSite] = msgspec.field(default_factory=list)
+    sync_sites: list[HostSite] = msgspec.field(default_factory=list)
+    python_sites: list[HostSite] = msgspec.field(default_factory=list)
+
+
+class CommShare(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Collective communication over the window, and its part no compute kernel overlaps."""
+
+    #: ``kernels`` (NCCL's on the GPU) or ``host`` (gloo, MPI: the host's collectives).
+    where: str
+    comm_ns: float
+    exposed_ns: float
+    comm_pct: float | None = None
+    exposed_pct: float | None = None
+
+
+class RankTable(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One process's kernel table (a rank of ``torchrun``, ``mpirun``…)."""
+
+    rank: int | None = None
+    pid: int | None = None
+    kernels: list[KernelRow] = msgspec.field(default_factory=list)
+    gpu_idle_pct: float | None = None
+    span_ns: float | None = None
+    window: SteadyWindow | None = None
+    host: HostTime | None = None
+    comm: CommShare | None = None
 
 
 class KernelTable(Event, kw_only=True, tag="kernel_table"):
@@ -622,6 +707,14 @@ class KernelTable(Event, kw_only=True, tag="kernel_table"):
     #: API calls, or an agent before these fields).
     sync_count: int | None = None
     sync_ns: float | None = None
+    #: The steady window the kernels and shares describe (None: the whole run).
+    window: SteadyWindow | None = None
+    #: Where the host's time went over the window (None: no host activity traced).
+    host: HostTime | None = None
+    #: Collective communication over the window (None: none seen).
+    comm: CommShare | None = None
+    #: One table per process where several ran (ranks); the rows above merge them.
+    ranks: list[RankTable] | None = None
 
 
 class NcuProgress(Event, kw_only=True, tag="ncu_progress"):
@@ -762,6 +855,10 @@ class ProgramVerdict(Event, kw_only=True, tag="program_verdict"):
     top_share_pct: float | None = None
     #: Whether Tier 3's target is worth profiling, given this verdict ("" without Tier 3).
     tier3_advice: str = ""
+    #: The window judged ("decode steps 2-23, 8.1 ms each") and what was left out of it
+    #: ("" where the whole run was judged).
+    window: str = ""
+    left_out: str = ""
 
 
 class RankedRule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -65,6 +65,8 @@ class LaunchOptions:
             inside it.
         max_tier3_seconds: stop Tier 3 before ncu starts when its estimate exceeds this
             many seconds; None: no budget.
+        rank: the rank whose process Tier 3 profiles, where the command starts several
+            (``torchrun``, ``mpirun``); None: rank 0 where Tier 2 saw ranks.
     """
 
     workload: str
@@ -90,6 +92,7 @@ class LaunchOptions:
     gpu: str | None = None
     workspace: str | None = None
     max_tier3_seconds: float | None = None
+    rank: int | None = None
 
 
 TIERS = (1, 2, 3)
@@ -102,7 +105,8 @@ TIER1_ONLY = {"target_ci": "--target-ci", "max_seconds": "--max-seconds",
 TIER3_ONLY = {"kernel_regex": "--kernel-regex", "launch_skip": "--launch-skip",
               "launch_count": "--launch-count", "ncu_set": "--ncu-set",
               "ncu_sections": "--ncu-sections", "replay_mode": "--replay-mode",
-              "cache_control": "--cache-control", "max_tier3_seconds": "--max-tier3-seconds"}
+              "cache_control": "--cache-control", "max_tier3_seconds": "--max-tier3-seconds",
+              "rank": "--rank"}
 
 
 def parse_target_ci(text: str | float) -> float:
@@ -320,6 +324,7 @@ def _check_numbers(opts: LaunchOptions) -> None:
         ("--profile-iters", opts.profile_iters, 1, True),
         ("--timeout", opts.timeout, 0, False),
         ("--max-tier3-seconds", opts.max_tier3_seconds, 0, False),
+        ("--rank", opts.rank, 0, True),
     ]
     for flag, value, lowest, inclusive in checks:
         if value is None:
@@ -449,4 +454,4 @@ def build_spec(opts: LaunchOptions) -> protocol.RunSpec:
         cache_control=opts.cache_control, ncu_path=opts.ncu_path, file_name=file_name,
         file_b64=file_b64, env=env, timeout_s=opts.timeout, install_cupy=opts.install_cupy,
         profile_iters=opts.profile_iters, gpu=gpu, workspace=ws[1] if ws else None,
-        max_tier3_s=opts.max_tier3_seconds)
+        max_tier3_s=opts.max_tier3_seconds, rank=opts.rank)

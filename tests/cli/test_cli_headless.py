@@ -127,6 +127,9 @@ NOWHERE = "no-such-pod.invalid"
      ["--max-tier3-seconds nan must be above 0"]),
     (["-w", "builtin:saxpy", "--tiers", "1,2", "--max-tier3-seconds", "30"],
      ["--max-tier3-seconds only affects Tier 3"]),
+    (["-w", "builtin:saxpy", "--rank", "-1"], ["--rank -1 must be at least 0"]),
+    (["-w", "builtin:saxpy", "--tiers", "1,2", "--rank", "1"],
+     ["--rank only affects Tier 3"]),
     (["-w", "builtin:saxpy", "-k", "saxpy("], ["is not a regular expression"]),
     (["-w", "builtin:saxpy", "--env", "=x"], ["bad --env '=x'", "KEY=VALUE"]),
     (["-w", "builtin:saxpy", "--env", "GPUWS_TEST_NEVER_SET"],
@@ -163,6 +166,12 @@ def test_launcher_and_cli_share_the_ci_target() -> None:
     with pytest.raises(UsageError) as info:
         runspec.parse_target_ci("2")  # 2 what? Refused, not guessed.
     assert "write 2% (with the % sign)" in info.value.remedy
+
+
+def test_the_rank_tier3_profiles_reaches_the_spec() -> None:
+    spec = runspec.build_spec(runspec.LaunchOptions(workload="cmd:torchrun x.py", rank=1))
+    assert spec.rank == 1
+    assert runspec.build_spec(runspec.LaunchOptions(workload="cmd:x")).rank is None
 
 
 def test_the_tier3_budget_reaches_the_spec() -> None:

@@ -97,3 +97,49 @@ def test_a_counters_blocked_session_exports_its_verdict_with_its_sources(
     assert "DRAM bandwidth utilisation while the work ran (GPM ÷ work share) 85.0% (NVML " \
         "GPM)" in evidence
     assert "theoretical occupancy 100.0% (static analysis)" in evidence
+
+
+def _two_rank_run(recorded: ModuleType, run_id: str) -> list[bytes]:
+    """The saxpy recording with its kernel table replaced by the two-rank DDP table that
+    gpuws reads from the real H200 traces (tests/fixtures/real-programs-h200)."""
+    import gzip
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from gpuws.remote_agent.measure.torch_profile import read_results
+
+    real = Path(__file__).parents[1] / "fixtures" / "real-programs-h200"
+    with tempfile.TemporaryDirectory() as tmp:
+        for rank, pid in ((0, 1593), (1, 1594)):
+            with gzip.open(real / f"ddp-rank{rank}.trace.json.gz", "rb") as src, \
+                    open(Path(tmp) / f"torch-trace-{pid}-r{rank}.json", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        got = read_results(tmp)
+    got.pop("processes")
+    got.pop("problems")
+    lines = []
+    for raw in recorded.saxpy_run(run_id):
+        event = json.loads(raw)
+        if event["type"] == "kernel_table":
+            event = {k: event[k] for k in ("type", "run_id", "seq", "ts")}
+            event.update(source="torch.profiler (injected)", **got)
+        lines.append(json.dumps(event).encode() + b"\n")
+    return lines
+
+
+def test_the_judged_window_ranks_and_code_are_exported(store: Store,
+                                                       recorded: ModuleType) -> None:
+    sid = store.open_session("pod", "local", None, 2.0, started=recorded.T0)
+    store.ingest(sid, recorded.probe_line())
+    store.ingest_many(sid, _two_rank_run(recorded, "d1"))
+    md = export_session(store, sid, now=recorded.T0 + 100)
+    section = md[md.index("## Run `d1`"):]
+    verdict = section[section.index("### Verdict"):section.index("### Commands")]
+    assert "Judged: steps 2\u201339, " in verdict and "set_device" in verdict
+    assert "**Communication-bound: collectives not overlapped with compute" in verdict
+    table = section[section.index("### Kernels"):]
+    assert "| # | kernel | calls | total | mean | share | launched from |" in table
+    assert "`ddp_step.py:18 in main`" in table
+    assert "Rank 0 (pid 1593)" in table and "Rank 1 (pid 1594)" in table
+    assert "Judged: steps 2\u201340" in table  # rank 1's own window

@@ -56,3 +56,50 @@ async def test_launch_bound_first_and_full_names_on_demand(tmp_path: Path) -> No
         full = screen.query_one("#kernel-full", QuietStatic)
         assert str(full.render()) == CUTLASS
     app.store.close_blocking()
+
+
+def two_rank_recording(tmp_path: Path) -> Path:
+    """The recorded H200 run with its kernel table replaced by what gpuws reads from the
+    real two-rank DDP traces (tests/fixtures/real-programs-h200): a window, ranks, code."""
+    import gzip
+    import shutil
+
+    from gpuws.remote_agent.measure.torch_profile import read_results
+
+    real = Path(__file__).parents[1] / "fixtures" / "real-programs-h200"
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for rank, pid in ((0, 1593), (1, 1594)):
+        with gzip.open(real / f"ddp-rank{rank}.trace.json.gz", "rb") as src, \
+                open(traces / f"torch-trace-{pid}-r{rank}.json", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    got = read_results(str(traces))
+    got.pop("processes")
+    got.pop("problems")
+    out = tmp_path / "ddp.ndjson"
+    lines = []
+    for line in RECORDING.read_text().splitlines():
+        event = json.loads(line)
+        if event["type"] == "kernel_table":
+            event = {k: event[k] for k in ("type", "run_id", "seq", "ts")}
+            event.update(source="torch.profiler (injected)", **got)
+        lines.append(json.dumps(event))
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+async def test_the_judged_window_and_each_kernel_s_code_are_shown(tmp_path: Path) -> None:
+    app = replay_app(two_rank_recording(tmp_path))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await replayed("5")(pilot)
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        shown = str(screen.query_one(VerdictView).render())
+        assert "judged: steps 2\u201339, " in shown and "left out: " in shown
+        assert "★ Communication-bound: collectives not overlapped" in shown
+        await pilot.press("2")
+        await pilot.pause()
+        table = screen.query_one("#kernels", DataTable)
+        assert [str(c.label) for c in table.columns.values()][-1] == "from"
+        assert str(table.get_row_at(0)[-1]) == "ddp_step.py:18 in main"
+    app.store.close_blocking()

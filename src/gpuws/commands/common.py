@@ -178,6 +178,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                     help="matching kernel launches ncu skips before profiling (default 0)")
     t3.add_argument("--launch-count", type=int, default=1,
                     help="matching kernel launches ncu profiles (default 1)")
+    t3.add_argument("--rank", type=int, default=None, metavar="N",
+                    help="where the command starts several ranks (torchrun, mpirun): the "
+                         "rank whose process ncu profiles (default 0); the others run "
+                         "unprofiled")
     t3.add_argument("--ncu-set", help="a section set from `ncu --list-sets` instead of the "
                                       "focused default")
     t3.add_argument("--ncu-sections", help="comma-separated section identifiers")

@@ -149,6 +149,8 @@ class Printer:
                     o.print(line)
             case protocol.KernelTable():
                 o.print(kernel_table(ev))
+                for table in rank_tables(ev):
+                    o.print(table)
             case protocol.NcuProgress():
                 progress = f"{visible(ev.kernel, 200)}: {ev.percent}%" + (
                     f" · {ev.passes} passes" if ev.passes else "")
@@ -272,30 +274,50 @@ def clock_lines(ev: protocol.Tier1Result) -> list[Text]:
 
 
 def kernel_table(ev: protocol.KernelTable) -> Table:
-    t = Table(title=f"Tier 2 · kernels by GPU time · {visible(ev.source, 80)}",
-              title_justify="left")
-    for col in ("kernel", "calls", "total", "mean", "share"):
-        t.add_column(col, justify="left" if col == "kernel" else "right",
-                     overflow="fold" if col == "kernel" else "ellipsis")
-    shown = verdicts.top_rows(ev.kernels)
+    merged = f" · {len(ev.ranks)} ranks merged" if ev.ranks else ""
+    return _rows_table(f"Tier 2 · kernels by GPU time · {visible(ev.source, 80)}{merged}",
+                       ev.kernels, verdicts.window_caption(ev.window, ev.comm))
+
+
+def rank_tables(ev: protocol.KernelTable) -> list[Table]:
+    """One table per rank where several processes ran (``torchrun``, ``mpirun``)."""
+    return [_rows_table(f"Tier 2 · {verdicts.rank_name(r)} · pid {r.pid}", r.kernels,
+                        verdicts.window_caption(r.window, r.comm), top=5)
+            for r in ev.ranks or []]
+
+
+def _rows_table(title: str, rows: list[protocol.KernelRow], caption: str,
+                top: int = verdicts.TOP_ROWS) -> Table:
+    t = Table(title=title, title_justify="left", caption=safe(caption) if caption else None,
+              caption_justify="left")
+    code = any(k.code for k in rows)
+    for col in ("kernel", "calls", "total", "mean", "share", *(("from",) if code else ())):
+        t.add_column(col, justify="left" if col in ("kernel", "from") else "right",
+                     overflow="fold" if col in ("kernel", "from") else "ellipsis")
+    shown = verdicts.top_rows(rows, top)
     for k in shown.rows:
         # The short name (Nsight's function name); --json keeps the full one.
         t.add_row(safe(verdicts.short(k.name)), humanfmt.num(k.calls),
                   humanfmt.ms(k.total_ns / 1e6), humanfmt.ms(k.mean_ns / 1e6),
-                  humanfmt.pct(k.share_pct))
+                  humanfmt.pct(k.share_pct), *((safe(k.code or ""),) if code else ()))
     if shown.others:
         t.add_row(Text(f"{shown.others} others", style="dim"), humanfmt.num(shown.others_calls),
                   humanfmt.ms(shown.others_total_ns / 1e6), "",
-                  humanfmt.pct(shown.others_share_pct))
+                  humanfmt.pct(shown.others_share_pct), *(("",) if code else ()))
     return t
 
 
 def verdict_lines(ev: protocol.ProgramVerdict | protocol.KernelVerdict
                   | protocol.Tier3Coverage) -> list[Text]:
     """A verdict for people: the finding first, then its evidence and what to try."""
-    colour = {"launch": "yellow", "transfer": "yellow", "host": "yellow"}
+    colour = {"launch": "yellow", "transfer": "yellow", "host": "yellow",
+              "communication": "yellow"}
     out: list[Text] = []
     if isinstance(ev, protocol.ProgramVerdict):
+        if ev.window:
+            out.append(Text.assemble("  judged: ", safe(ev.window, "bold")))
+        if ev.left_out:
+            out.append(Text.assemble("  left out: ", safe(ev.left_out, "dim")))
         for i, f in enumerate(ev.findings):
             style = "yellow bold" if f.severity != "info" else ("bold" if i == 0 else "")
             out.append(Text.assemble(("★ " if i == 0 else "  ", colour.get(ev.bound, "green")),

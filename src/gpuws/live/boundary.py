@@ -220,6 +220,8 @@ class Boundary:
                 check_verdict(ev)
             elif isinstance(ev, protocol.Tier1Result):
                 check_tier1(ev)
+            elif isinstance(ev, protocol.KernelTable):
+                check_kernel_table(ev)
         except Refused as why:
             message = f"run {run_id} seq {seq}: {type(ev).__name__} refused: {why.message}"
             self._refuse(why.kind, message)
@@ -448,7 +450,7 @@ def check_verdict(ev: protocol.ProgramVerdict | protocol.KernelVerdict
     texts: list[str] = []
     lists: list[Sequence[object]] = []
     if isinstance(ev, protocol.ProgramVerdict):
-        texts += [ev.source, ev.bound, ev.summary, ev.tier3_advice]
+        texts += [ev.source, ev.bound, ev.summary, ev.tier3_advice, ev.window, ev.left_out]
         names.append(ev.top_kernel)
         lists += [ev.families, ev.findings, ev.evidence]
         for f in ev.findings:
@@ -482,6 +484,69 @@ def check_verdict(ev: protocol.ProgramVerdict | protocol.KernelVerdict
         if n is not None and len(n) > MAX_VERDICT_NAME:
             raise Refused("bounds", f"{type(ev).__name__} with a kernel name of {len(n)} "
                                     f"characters (limit {MAX_VERDICT_NAME})")
+
+
+#: A kernel table's steady window, host time and ranks: a code location is a file name,
+#: a line and a function; a window leaves out a few phases; the host's sites are its top
+#: few; a rank's own table its top rows. Anything far larger is not a profile's.
+MAX_CODE = 500
+MAX_TABLE_TEXT = 2000
+MAX_SITES = 16
+MAX_PHASES = 16
+MAX_RANKS = 4096
+MAX_RANK_ROWS = 1000
+
+
+def check_kernel_table(ev: protocol.KernelTable) -> None:
+    """Raise Refused when a kernel table's window, host time, communication or ranks are
+    larger or stranger than any profile's (a code string of 100 KiB, a window whose last
+    step precedes its first, a million ranks)."""
+    rows = list(ev.kernels)
+    parts: list[tuple[protocol.SteadyWindow | None, protocol.HostTime | None,
+                      protocol.CommShare | None]] = [(ev.window, ev.host, ev.comm)]
+    ranks = ev.ranks or []
+    if len(ranks) > MAX_RANKS:
+        raise Refused("bounds", f"a kernel table of {len(ranks)} ranks (limit {MAX_RANKS})")
+    for r in ranks:
+        if len(r.kernels) > MAX_RANK_ROWS:
+            raise Refused("bounds", f"rank {r.rank} with {len(r.kernels)} kernel rows "
+                                    f"(limit {MAX_RANK_ROWS})")
+        rows += r.kernels
+        parts.append((r.window, r.host, r.comm))
+    for row in rows:
+        if row.code is not None and len(row.code) > MAX_CODE:
+            raise Refused("bounds", f"a kernel's code location of {len(row.code)} "
+                                    f"characters (limit {MAX_CODE})")
+    for window, host, comm in parts:
+        texts: list[str] = []
+        if window is not None:
+            if window.first_step > window.last_step or window.steps > window.last_step:
+                raise Refused("value", f"a window of steps {window.first_step}-"
+                                       f"{window.last_step} holding {window.steps}")
+            if len(window.left_out) > MAX_PHASES:
+                raise Refused("bounds", f"a window leaving out {len(window.left_out)} "
+                                        f"phases (limit {MAX_PHASES})")
+            texts += [window.label, window.basis]
+            texts += [x for p in window.left_out for x in (p.phase, p.what)]
+        if host is not None:
+            sites = (*host.launch_sites, *host.sync_sites, *host.python_sites)
+            for group in (host.launch_sites, host.sync_sites, host.python_sites):
+                if len(group) > MAX_SITES:
+                    raise Refused("bounds", f"host time with {len(group)} sites "
+                                            f"(limit {MAX_SITES})")
+            if host.loop is not None and len(host.loop) > MAX_CODE:
+                raise Refused("bounds", f"a loop's code location of {len(host.loop)} "
+                                        f"characters (limit {MAX_CODE})")
+            for site in sites:
+                if len(site.code) > MAX_CODE:
+                    raise Refused("bounds", f"a host site's code location of "
+                                            f"{len(site.code)} characters (limit {MAX_CODE})")
+        if comm is not None:
+            texts.append(comm.where)
+        for t in texts:
+            if len(t) > MAX_TABLE_TEXT:
+                raise Refused("bounds", f"a kernel table text of {len(t)} characters "
+                                        f"(limit {MAX_TABLE_TEXT})")
 
 
 #: The answers a command may check (constrained, so each keeps its own type).

@@ -28,7 +28,7 @@ from ..remote_agent.verdicts.kernel import (
     kernel_verdict_without_counters,
 )
 from ..remote_agent.verdicts.names import short_name
-from ..remote_agent.verdicts.program import program_verdict, tier3_advice
+from ..remote_agent.verdicts.program import program_verdict, tier3_advice, window_text
 from ..text import humanfmt
 
 if TYPE_CHECKING:
@@ -218,6 +218,26 @@ def top_rows(rows: Sequence[protocol.KernelRow], top: int = TOP_ROWS) -> Shown:
     rest = rows[top:]
     return Shown(list(rows[:top]), len(rest), sum(r.calls for r in rest),
                  sum(r.share_pct for r in rest), sum(r.total_ns for r in rest))
+
+
+def window_caption(window: protocol.SteadyWindow | None,
+                   comm: protocol.CommShare | None = None) -> str:
+    """``judged: decode steps 2–23, 8.1 ms each (kernel repeats); communication 45%,
+    exposed 30%`` under a kernel table ("" when the whole run was judged and nothing
+    was communicated)."""
+    parts = []
+    if window is not None:
+        parts.append(f"judged: {window_text(msgspec.to_builtins(window))} ({window.basis})")
+    if comm is not None:
+        parts.append(f"communication {humanfmt.pct(comm.comm_pct, 0)} of the window, "
+                     f"{humanfmt.pct(comm.exposed_pct, 0)} not overlapped with compute"
+                     + (" (on the host)" if comm.where == "host" else ""))
+    return "; ".join(parts)
+
+
+def rank_name(r: protocol.RankTable) -> str:
+    """``rank 1`` (``process`` where the launcher named no rank)."""
+    return f"rank {r.rank}" if r.rank is not None else "process"
 
 
 def short(name: str) -> str:

@@ -330,7 +330,7 @@ SPEC_FIELDS: FrozenSet[str] = frozenset((
     "cold", "kernel_regex", "launch_skip", "launch_count", "ncu_set", "ncu_sections",
     "replay_mode", "clock_control", "cache_control", "ncu_path", "file_name", "file_b64", "env",
     "timeout_s", "install_cupy", "profile_iters", "gpu", "workspace", "max_tier3_s",
-    "fork_server",
+    "fork_server", "rank",
 ))
 
 HANDLERS: Dict[str, Handler] = {

@@ -474,6 +474,9 @@ def _verdicts(v: verdicts.Verdicts) -> list[str]:
     out: list[str] = []
     if v.program is not None:
         p = v.program
+        if p.window:
+            out += [f"Judged: {_esc(p.window)}" + (f"; left out: {_esc(p.left_out)}"
+                                                    if p.left_out else "") + ".", ""]
         for i, f in enumerate(p.findings):
             out.append(f"{'**' + _esc(f.title) + '**' if i == 0 else _esc(f.title)}"
                        + (f": {_esc(f.detail)}" if f.detail else "") + "  ")
@@ -513,14 +516,19 @@ def _verdicts(v: verdicts.Verdicts) -> list[str]:
 
 
 def _kernel_table(t: protocol.KernelTable) -> list[str]:
-    shown = verdicts.top_rows(t.kernels)
-    rows = [[str(i), _code(verdicts.short(k.name)), f"{k.calls:,}", _ms(k.total_ns / 1e6),
-             _ms(k.mean_ns / 1e6), f"{k.share_pct:.1f}%"] for i, k in enumerate(shown.rows, 1)]
-    if shown.others:
-        rows.append(["", f"{shown.others:,} others", f"{shown.others_calls:,}",
-                     _ms(shown.others_total_ns / 1e6), "", f"{shown.others_share_pct:.1f}%"])
-    out = _table(["#", "kernel", "calls", "total", "mean", "share"], rows)
+    out = _kernel_rows(t.kernels)
     out += _full_names([k.name for k in t.kernels])
+    caption = verdicts.window_caption(t.window, t.comm)
+    if caption:
+        out += ["", _esc(caption[0].upper() + caption[1:]) + "."]
+    for r in t.ranks or []:
+        out += ["", f"{_esc(verdicts.rank_name(r)).capitalize()} (pid {r.pid})"
+                + (f", GPU idle {r.gpu_idle_pct:.1f}%" if r.gpu_idle_pct is not None else "")
+                + ":", ""]
+        out += _kernel_rows(r.kernels, top=5)
+        caption = verdicts.window_caption(r.window, r.comm)
+        if caption:
+            out += ["", _esc(caption[0].upper() + caption[1:]) + "."]
     extra = []
     if t.gpu_idle_pct is not None:
         extra.append(f"GPU idle {t.gpu_idle_pct:.1f}% of the kernel span")
@@ -529,6 +537,23 @@ def _kernel_table(t: protocol.KernelTable) -> list[str]:
     if extra:
         out += ["", _esc("; ".join(extra)) + "."]
     return out
+
+
+def _kernel_rows(kernels: Sequence[protocol.KernelRow], top: int = verdicts.TOP_ROWS
+                 ) -> list[str]:
+    """The ranked rows, with the code that launched each where the profile had stacks."""
+    shown = verdicts.top_rows(kernels, top)
+    code = any(k.code for k in shown.rows)
+    rows = [[str(i), _code(verdicts.short(k.name)), f"{k.calls:,}", _ms(k.total_ns / 1e6),
+             _ms(k.mean_ns / 1e6), f"{k.share_pct:.1f}%",
+             *((_code(k.code) if k.code else "—",) if code else ())]
+            for i, k in enumerate(shown.rows, 1)]
+    if shown.others:
+        rows.append(["", f"{shown.others:,} others", f"{shown.others_calls:,}",
+                     _ms(shown.others_total_ns / 1e6), "", f"{shown.others_share_pct:.1f}%",
+                     *(("",) if code else ())])
+    return _table(["#", "kernel", "calls", "total", "mean", "share",
+                   *(("launched from",) if code else ())], rows)
 
 
 def _full_names(names: Sequence[str]) -> list[str]:

@@ -262,3 +262,23 @@ def test_a_profiler_that_cannot_start_falls_back_with_its_cause(ctx: RunContext,
     assert "gVisor" in diag.meaning and diag.unmeasured and diag.remedies
     fin = [e for e in evs if isinstance(e, protocol.TierFinished)][-1]
     assert fin.status == "fallback" and "LibraryNotLoaded" in fin.reason
+
+
+def test_tier3_of_one_rank_tells_ncu_to_profile_inside_that_rank_s_mark(
+        ctx: RunContext, tmp_path: Path) -> None:
+    """--rank N: ncu profiles only kernels inside the NVTX range that the injected
+    sitecustomize opens in rank N's process (torch_inject.mark_rank); the other ranks of
+    torchrun run unprofiled. The stand-in ncu records the environment it was given."""
+    seen = tmp_path / "ncu-env.txt"
+    ncu = fake_ncu(tmp_path / "ncu", PERM, 1)
+    script = Path(ncu).read_text().replace("#!/bin/sh\n", f"#!/bin/sh\nenv > {seen}\n", 1)
+    Path(ncu).write_text(script)
+    tiers.tier3(ctx, FakePod([ncu]), ["/bin/true"], None, "saxpy", python=False, rank=1)
+    started = [e for e in events(ctx) if isinstance(e, protocol.TierStarted) and e.argv]
+    argv = started[0].argv or []
+    at = argv.index("--nvtx-include")
+    assert argv[at - 1] == "--nvtx" and argv[at + 1] == "gpuws_rank1"
+    env = dict(line.split("=", 1) for line in seen.read_text().splitlines() if "=" in line)
+    assert env["GPUWS_NVTX_RANK"] == "1" and "GPUWS_TORCH_TRACE_DIR" not in env
+    site = env["PYTHONPATH"].split(os.pathsep)[0]
+    assert (Path(site) / "sitecustomize.py").is_file()

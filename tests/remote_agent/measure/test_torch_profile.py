@@ -22,7 +22,12 @@ from gpuws import protocol
 from gpuws.remote_agent import wire
 from gpuws.remote_agent.measure import tier2_parse as t2
 from gpuws.remote_agent.measure import tiers
-from gpuws.remote_agent.measure.torch_profile import prepare, read_results
+from gpuws.remote_agent.measure.torch_profile import (
+    prepare,
+    prepare_rank,
+    ranks_seen,
+    read_results,
+)
 from gpuws.remote_agent.worker import RunContext
 
 FIXTURE = (Path(__file__).parents[2] / "fixtures" / "ncu-2025.3.1-h200"
@@ -96,10 +101,25 @@ class cuda:
     @staticmethod
     def synchronize():
         pass
+    class nvtx:
+        @staticmethod
+        def range_start(msg):
+            with open(os.environ["FAKE_NVTX_LOG"], "a") as f:
+                f.write("%s %s\\n" % (os.environ.get("RANK"), msg))
+            return 1
+
+if os.environ.get("FAKE_TORCH_LAZY"):
+    # CUDA initialised lazily, as torch does: torch.cuda._lazy_init on first use.
+    _state = []
+    def _lazy_init():
+        _state.append(1)
+    cuda._lazy_init = staticmethod(_lazy_init)
+    cuda.is_initialized = staticmethod(lambda: bool(_state))
 '''
 
 FAKE_PROFILER = '''
 import json, os
+LOG = os.environ.get("FAKE_TORCH_LOG")
 FIXTURE = os.environ["FAKE_TORCH_TABLE"]
 TRACE = json.loads(os.environ["FAKE_TORCH_TRACE"])
 
@@ -112,10 +132,16 @@ class _Avg:
             return f.read()
 
 class profile:
-    def __init__(self, activities):
-        assert activities == [ProfilerActivity.CUDA]
+    def __init__(self, activities, with_stack=False, record_shapes=False):
+        # Host activity and Python stacks: the evidence for host time and kernel code.
+        assert activities == [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+        assert with_stack == (os.environ.get("GPUWS_TORCH_STACK", "1") != "0")
+        assert not record_shapes
         self.running = False
     def start(self):
+        if LOG:
+            with open(LOG, "a") as f:
+                f.write("profiler started\\n")
         self.running = True
     def stop(self):
         assert self.running
@@ -157,6 +183,28 @@ def test_injected_sitecustomize_profiles_a_python_that_imports_torch(
     assert (tmp_path / "chained").read_text() == "ran"  # the shadowed one still ran
 
 
+def test_the_profiler_starts_when_cuda_does_not_at_torch_s_import(
+        tmp_path: Path, fake_torch: dict[str, str]) -> None:
+    """A whole-program trace with Python stacks was 2.3 GB for an HF generate (the
+    imports after torch's); nothing runs on the GPU before CUDA starts, so neither does
+    the profiler. A process that never starts CUDA (torchrun's launcher) writes nothing."""
+    log = tmp_path / "log"
+    env = {**os.environ, **fake_torch, "FAKE_TORCH_LAZY": "1", "FAKE_TORCH_LOG": str(log)}
+    out = prepare(str(tmp_path / "run"), env, inject=True)
+    script = ("import torch\n"
+              f"open({str(log)!r}, 'a').write('imported, building the model\\n')\n"
+              "torch.cuda._lazy_init(); torch.cuda._lazy_init()\n"
+              f"open({str(log)!r}, 'a').write('on the GPU\\n')\n")
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)
+    assert log.read_text().splitlines() == [
+        "imported, building the model", "profiler started", "on the GPU"]
+    assert len(os.listdir(out)) == 2
+    for name in os.listdir(out):
+        os.unlink(os.path.join(out, name))
+    subprocess.run([sys.executable, "-c", "import torch"], env=env, check=True, timeout=60)
+    assert os.listdir(out) == []
+
+
 def test_injection_costs_nothing_without_torch(tmp_path: Path,
                                                fake_torch: dict[str, str]) -> None:
     env = {**os.environ, **fake_torch}
@@ -166,6 +214,36 @@ def test_injection_costs_nothing_without_torch(tmp_path: Path,
     assert res.returncode == 0 and res.stdout == "no torch here\n" and res.stderr == ""
     assert os.listdir(out) == []
     assert read_results(out)["processes"] == 0
+
+
+def test_each_rank_s_profile_is_named_by_its_rank(tmp_path: Path,
+                                                  fake_torch: dict[str, str]) -> None:
+    env = {**os.environ, **fake_torch}
+    out = prepare(str(tmp_path / "run"), env, inject=True)
+    for rank in ("0", "1"):
+        subprocess.run([sys.executable, "-c", "import torch"], env={**env, "RANK": rank},
+                       check=True, capture_output=True, timeout=60)
+    assert sorted(n.split("-r")[-1] for n in os.listdir(out)) == [
+        "0.json", "0.txt", "1.json", "1.txt"]
+    assert ranks_seen(out) == [0, 1]
+    got = read_results(out)
+    assert got["processes"] == 2 and [r["rank"] for r in got["ranks"]] == [0, 1]
+
+
+def test_tier3_of_one_rank_marks_only_that_rank_s_process(tmp_path: Path,
+                                                         fake_torch: dict[str, str]) -> None:
+    env = {**os.environ, **fake_torch, "GPUWS_TORCH_TRACE_DIR": "/should/go",
+           "FAKE_NVTX_LOG": str(tmp_path / "nvtx.log")}
+    extra = prepare_rank(str(tmp_path / "run"), env, 1)
+    # ncu profiles inside the start/end range only (no trailing "/": not push/pop).
+    assert extra == ["--nvtx", "--nvtx-include", "gpuws_rank1"]
+    assert "GPUWS_TORCH_TRACE_DIR" not in env  # marking, not profiling
+    for rank in ("0", "1", "2"):
+        subprocess.run([sys.executable, "-c", "import torch"], env={**env, "RANK": rank},
+                       check=True, capture_output=True, timeout=60)
+    assert (tmp_path / "nvtx.log").read_text() == "1 gpuws_rank1\n"
+    assert not (tmp_path / "run" / "torchprof" / "out").exists() or not os.listdir(
+        tmp_path / "run" / "torchprof" / "out")
 
 
 class NoToolsPod:

@@ -28,7 +28,7 @@ NCU_METRICS = ["duration_ns", "sm_throughput_pct", "memory_throughput_pct",
                "tensor_pipe_active_pct", "warp stall reasons", "flops", "dram_bytes"]
 #: What Tier 2's timeline adds to its kernel table (``protocol.KernelTable``).
 TIMELINE_KEYS = ("gpu_idle_pct", "memcpy_pct", "span_ns", "gap_count", "largest_gap_ns",
-                 "sync_count", "sync_ns")
+                 "sync_count", "sync_ns", "window", "host", "comm", "ranks")
 COUNTER_REMEDIES = [
     "on the host: options nvidia NVreg_RestrictProfilingToAdminUsers=0 in "
     "/etc/modprobe.d/, then reboot (or reload the nvidia module)",
@@ -229,7 +229,12 @@ def run_command(ctx: "RunContext", command: str, pod: Pod) -> None:
         if 2 in tiers else None
     if 3 in tiers and not procs.CANCELLED["flag"]:
         regex = ctx.spec.get("kernel_regex")  # the person's --kernel-regex, else the top
-        fell_back = tier3(ctx, pod, argv, table, regex, python=False, measured={
+        # Several ranks (Tier 2 saw them, or --rank named one): ncu profiles one.
+        rank = ctx.spec.get("rank")
+        if rank is None and recorded is not None and len(torch_profile.ranks_seen(recorded)) > 1:
+            rank = 0
+        fell_back = tier3(ctx, pod, argv, table, regex, python=False,
+                          rank=int(rank) if rank is not None and inject else None, measured={
             "setup_s": wall0, "tier2_wall_s": time.time() - t2 if 2 in tiers else None,
             "setup_basis": "the command's own run" + (
                 " (under torch.profiler)" if recorded is not None else "")})
@@ -713,8 +718,11 @@ def counters_blocked(ctx: "RunContext", *, observed: bool, cause: str, tier1_ran
 
 def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[Dict[str, Any]]],
           regex: Optional[str], *, python: bool,
-          measured: Optional[Dict[str, Any]] = None) -> bool:
+          measured: Optional[Dict[str, Any]] = None, rank: Optional[int] = None) -> bool:
     """Nsight Compute on the chosen kernels. Returns True when it fell back.
+
+    ``rank``: profile only that rank's process of a command that starts several Pythons
+    (:func:`.torch_profile.prepare_rank`).
 
     ``measured``: what earlier tiers measured for the estimate (:mod:`.tier3_cost`);
     the estimate rides on the ``tier_started`` that carries ncu's argv, and a plan over
@@ -743,7 +751,7 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
     report = os.path.join(ctx.artifact_dir, "profile")
     name_base = "demangled"
     ncu, sel, res, parser = run_ncu(ctx, pod, target, regex, name_base, report, excluded,
-                                    python=python, estimate=estimate)
+                                    python=python, estimate=estimate, rank=rank)
     if ncu is None:
         return no_ncu(ctx, sel, t0)
     assert res is not None and parser is not None
@@ -760,7 +768,8 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
                 "ncu names it `%s`: profiled that (Tier 2's `%s` matched none of its "
                 "kernels as spelled)" % (shown(listed), shown(chosen_name)))))
             ncu, sel, res, parser = run_ncu(ctx, pod, target, regex, name_base, report,
-                                            excluded, python=python, estimate=estimate)
+                                            excluded, python=python, estimate=estimate,
+                                            rank=rank)
             if ncu is None:
                 return no_ncu(ctx, sel, t0)
             assert res is not None and parser is not None
@@ -854,10 +863,11 @@ def profiled_what(ctx: "RunContext", chosen: str, profiled: List[str]) -> None:
 
 def run_ncu(ctx: "RunContext", pod: Pod, target: List[str], regex: Optional[str],
             name_base: str, report: str, excluded: List[str], *, python: bool,
-            estimate: Dict[str, Any]) -> Tuple[Optional[str], Dict[str, Any],
-                                                Optional[procs.ProcResult], Any]:
+            estimate: Dict[str, Any], rank: Optional[int] = None
+            ) -> Tuple[Optional[str], Dict[str, Any], Optional[procs.ProcResult], Any]:
     """One targeted ncu profile, stepping back one ncu release while one says the driver
-    is not compatible (``excluded`` grows).
+    is not compatible (``excluded`` grows); with ``rank``, only that rank's process
+    (:func:`.torch_profile.prepare_rank`).
 
     Returns:
         (the ncu that ran, the selection, its result, its :class:`NcuConsoleParser`);
@@ -886,6 +896,10 @@ def run_ncu(ctx: "RunContext", pod: Pod, target: List[str], regex: Optional[str]
         if python:
             # Only what runs between cudaProfilerStart/Stop: the workload, not its setup.
             argv[1:1] = ["--profile-from-start", "off"]
+        env = ctx.env
+        if rank is not None:
+            env = dict(ctx.env)
+            argv[1:1] = torch_profile.prepare_rank(ctx.run_dir, env, rank)
         ctx.emit(wire.make("tier_started", tier=3, name="Nsight Compute %s"
                            % (sel.get("selected_version") or ""), argv=argv,
                            estimate=estimate))
@@ -896,7 +910,7 @@ def run_ncu(ctx: "RunContext", pod: Pod, target: List[str], regex: Optional[str]
                 if item.get("kind") == "progress":
                     ctx.emit(progress_event(item))
 
-        res = procs.run_streaming(argv, emit=ctx.emit, tier=3, cwd=ctx.work_dir, env=ctx.env,
+        res = procs.run_streaming(argv, emit=ctx.emit, tier=3, cwd=ctx.work_dir, env=env,
                                   on_chunk=on_chunk, timeout_s=ctx.spec.get("timeout_s"),
                                   line_filter=lambda s: not s.startswith("==PROF== Profiling"))
         for item in parser.close():

@@ -27,12 +27,15 @@ from .tier2_parse import (
     rank_kernels,
 )
 from .torch_inject import DIR_ENV
+from .trace_analysis import analyse
 
 #: The most bytes of traces and tables read back (all processes together). A Chrome
 #: trace takes about 300 B per kernel; this is ~1.5 M kernels, and json.load of it a
 #: few GB of memory at most.
 MAX_READ_BYTES = 512 << 20
-_FILE = re.compile(r"^torch-(trace|keyavg)-(\d+)\.(json|txt)$")
+_FILE = re.compile(r"^torch-(trace|keyavg)-(\d+)(?:-r(\d{1,6}))?\.(json|txt)$")
+#: Rows kept in each rank's own table (the merged table keeps them all).
+RANK_ROWS = 20
 
 
 def prepare(run_dir: str, env: Dict[str, str], inject: bool, name: str = "torchprof") -> str:
@@ -70,6 +73,32 @@ def prepare(run_dir: str, env: Dict[str, str], inject: bool, name: str = "torchp
     return out
 
 
+def prepare_rank(run_dir: str, env: Dict[str, str], rank: int) -> List[str]:
+    """Make ``env`` mark rank ``rank``'s process for Tier 3 (see ``torch_inject.mark_rank``)
+    without profiling anything; returns the ncu options that profile only inside the mark.
+
+    ncu's NVTX filter (``--nvtx --nvtx-include NAME``, a start/end range without the
+    trailing ``/`` that push/pop ranges take) keeps every other process of ``torchrun`` or
+    ``mpirun`` unprofiled while they still run, so the collectives complete."""
+    from .torch_inject import NVTX_RANK_ENV, RANK_RANGE
+
+    env.pop(DIR_ENV, None)
+    prepare(run_dir, env, True, name="ncu-rank")
+    env.pop(DIR_ENV, None)
+    env[NVTX_RANK_ENV] = str(rank)
+    return ["--nvtx", "--nvtx-include", RANK_RANGE % rank]
+
+
+def ranks_seen(out: str) -> List[int]:
+    """The ranks whose profiles lie in ``out`` (from the files' names)."""
+    try:
+        names = os.listdir(out)
+    except OSError:
+        return []
+    return sorted({int(m.group(3)) for m in map(_FILE.match, names)
+                   if m is not None and m.group(3) is not None})
+
+
 def read_results(out: str, max_bytes: int = MAX_READ_BYTES) -> Dict[str, Any]:
     """The ranked kernel table and shares from the files the profiled processes left.
 
@@ -85,6 +114,7 @@ def read_results(out: str, max_bytes: int = MAX_READ_BYTES) -> Dict[str, Any]:
     table_rows: List[Dict[str, Any]] = []
     trace_rows: List[Dict[str, Any]] = []
     timelines: List[Dict[str, Any]] = []
+    procs: List[Dict[str, Any]] = []
     pids = set()
     budget = max_bytes
     try:
@@ -116,11 +146,20 @@ def read_results(out: str, max_bytes: int = MAX_READ_BYTES) -> Dict[str, Any]:
             if m.group(1) == "keyavg":
                 table_rows.extend(parse_torch_key_averages(data.decode("utf-8", "replace")))
             else:
-                parsed = parse_torch_trace(json.loads(data.decode("utf-8", "replace")))
+                trace = json.loads(data.decode("utf-8", "replace"))
+                parsed = parse_torch_trace(trace)
                 trace_rows.extend(parsed["kernels"])
                 timelines.append(parsed)
+                found = analyse(trace)
+                if found["kernels"]:
+                    if found["rank"] is None and m.group(3) is not None:
+                        found["rank"] = int(m.group(3))
+                    found["pid"] = int(m.group(2))
+                    procs.append(found)
         except (Tier2ParseError, ValueError, RecursionError) as exc:
             problems.append("%s: %s" % (name, ("%s" % exc)[:200]))
+    if procs:
+        return dict(_from_analyses(procs), processes=len(pids), problems=problems)
     shares = merge_timelines(timelines)
     # The table names kernels in full unless this torch cut them ("…..."); the trace
     # never does, and the name feeds Tier 3's kernel regex.
@@ -135,6 +174,51 @@ def read_results(out: str, max_bytes: int = MAX_READ_BYTES) -> Dict[str, Any]:
             "sync_count": shares["sync_count"] if shares["span_ns"] else None,
             "sync_ns": shares["sync_ns"] if shares["span_ns"] else None,
             "processes": len(pids), "problems": problems}
+
+
+def _from_analyses(procs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """One table from each process's steady window (:func:`.trace_analysis.analyse`):
+    the rows and shares merged over processes, the window and host time of rank 0 (else
+    the busiest process), communication summed, and a table per rank where several ran."""
+    procs.sort(key=lambda p: (p["rank"] is None, p["rank"] if p["rank"] is not None else 0,
+                              -sum(r["total_ns"] for r in p["kernels"])))
+    main = procs[0]
+    shares = merge_timelines(procs)
+    codes: Dict[str, Any] = {}
+    for p in procs:
+        for row in p["kernels"]:
+            best = codes.get(row["name"])
+            if row.get("code") and (best is None or row["calls"] > best[0]):
+                codes[row["name"]] = (row["calls"], row["code"])
+    rows = rank_kernels(r for p in procs for r in p["kernels"])
+    for row in rows:
+        if row["name"] in codes:
+            row["code"] = codes[row["name"]][1]
+    comms = [p["comm"] for p in procs if p.get("comm")]
+    comm = None
+    if comms:
+        span = sum(float(p.get("span_ns") or 0) for p in procs if p.get("comm"))
+        c_ns = sum(c["comm_ns"] for c in comms)
+        e_ns = sum(c["exposed_ns"] for c in comms)
+        comm = {"where": comms[0]["where"], "comm_ns": c_ns, "exposed_ns": e_ns,
+                "comm_pct": 100.0 * c_ns / span if span > 0 else None,
+                "exposed_pct": 100.0 * e_ns / span if span > 0 else None}
+    ranks = []
+    if len(procs) > 1:
+        ranks = [{"rank": p["rank"], "pid": p.get("pid"), "kernels": p["kernels"][:RANK_ROWS],
+                  "gpu_idle_pct": p.get("gpu_idle_pct"), "span_ns": p.get("span_ns") or None,
+                  "window": p.get("window"), "host": p.get("host"), "comm": p.get("comm")}
+                 for p in procs]
+    timed = bool(shares["span_ns"])
+    return {"kernels": rows,
+            "gpu_idle_pct": shares["gpu_idle_pct"], "memcpy_pct": shares["memcpy_pct"],
+            "span_ns": shares["span_ns"] or None,
+            "gap_count": shares["gap_count"] if timed else None,
+            "largest_gap_ns": shares["largest_gap_ns"] if timed else None,
+            "sync_count": shares["sync_count"] if timed else None,
+            "sync_ns": shares["sync_ns"] if timed else None,
+            "window": main.get("window"), "host": main.get("host"), "comm": comm,
+            "ranks": ranks}
 
 
 def _err_lines(path: str) -> List[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..measure.trace_analysis import DECODE_FRAME
 from .names import short_name
 
 #: Below this share of the span busy, the GPU waits more than it works.
@@ -40,6 +41,18 @@ ONE_OFF_MIN_GAPS = 10
 #: the waits (the host waits, then the GPU waits on the host): sync-bound. With fewer,
 #: the host is away doing something else: host-bound.
 SYNCS_PER_GAP = 0.5
+#: Collectives not overlapped by compute over this share of the steady window make the
+#: program communication-bound: the GPUs wait for each other more than for anything else.
+COMM_EXPOSED_PCT = 40.0
+#: Shares of the host's time in the window (``protocol.HostTime``) that decide what the
+#: host does: waiting for the GPU, loading data. Below them, a host launching many short
+#: kernels (under ``LAUNCH_GAP_NS`` of host time each) is dispatch-bound; else the time
+#: is the program's other Python.
+SYNC_HOST_SHARE = 0.5
+DATA_HOST_SHARE = 0.3
+#: A wait for the GPU taking this share of the host's time is named even when another
+#: cost comes first.
+SYNC_NOTE_SHARE = 0.1
 #: Copies taking this share of the span make the program transfer-bound.
 MEMCPY_HIGH_PCT = 20.0
 #: One kernel, or one family, over this share of kernel time dominates.
@@ -130,9 +143,25 @@ def program_verdict(table: Dict[str, Any]) -> Dict[str, Any]:
                evidence("mean idle gap without the longest", tl.steady_gap_ns, "ns", src)]
     findings: List[Dict[str, Any]] = []
     bound = "gpu"
+    window = table.get("window") if isinstance(table.get("window"), dict) else None
+    host = table.get("host") if isinstance(table.get("host"), dict) else None
+    comm = table.get("comm") if isinstance(table.get("comm"), dict) else None
+    where = window_text(window)
+    if window is not None:
+        # The window already leaves the one-time phases out: no gap is set aside again.
+        tl = Timeline(tl.span_ns, tl.idle_ns, tl.gaps, None)
     # The steady state decides: a one-off start-up gap does not make a program host-bound.
     steady_busy = tl.busy_pct if tl.busy_pct is not None else busy
-    if steady_busy is not None and steady_busy < BUSY_LOW_PCT and busy is not None:
+    exposed = _num(comm.get("exposed_pct")) if comm else None
+    if comm is not None and exposed is not None and exposed >= COMM_EXPOSED_PCT:
+        bound = "communication"
+        findings.append(_communication(comm, where, src))
+    elif (steady_busy is not None and steady_busy < BUSY_LOW_PCT and busy is not None
+            and host is not None and _num(host.get("wall_ns"))):
+        bound, finding = _host_evidence(host, busy, memcpy, mean_ns, window, where, src)
+        findings.append(finding)
+        findings.extend(_sync_note(host, finding, src))
+    elif steady_busy is not None and steady_busy < BUSY_LOW_PCT and busy is not None:
         bound, finding = _not_gpu_bound(busy, memcpy, launches, mean_ns, tl, src,
                                         _num(table.get("sync_count")))
         findings.append(finding)
@@ -163,7 +192,10 @@ def program_verdict(table: Dict[str, Any]) -> Dict[str, Any]:
                       "waited between kernels is not known" % src,
             "remedies": ["install Nsight Systems on the pod for the timeline"],
             "evidence": []})
-    return {"source": src, "bound": bound,
+    if comm is not None and bound != "communication":
+        findings.append(_communication(comm, where, src, first=False))
+    return {"source": src, "bound": bound, "window": where,
+            "left_out": left_out_text(window),
             "summary": findings[0]["title"] if findings else "no kernels recorded",
             "gpu_busy_pct": busy, "memcpy_pct": memcpy, "launches": launches,
             "kernels": len(rows), "mean_kernel_ns": mean_ns,
@@ -263,11 +295,10 @@ def _not_gpu_bound(busy: float, memcpy: Optional[float], launches: int,
                         " (%.2f gaps per launch)" % per_launch)
                      if gap_ns is not None else "kernels are long (%s on average)"
                      % ("%.1f µs" % (mean_ns / 1e3) if mean_ns is not None else "?"), src),
-        "remedies": ["look for host syncs in the loop (.item(), .cpu(), "
-                     "torch.cuda.synchronize, printing tensors)",
-                     "overlap data loading with compute (DataLoader workers, pinned memory, "
-                     "non_blocking copies)",
-                     "run nsys with --trace=cuda,osrt,nvtx to see what the host does"],
+        # No data-loading or sync remedy: this timeline has no evidence of either.
+        "remedies": ["profile the host to see where its time goes: torch.profiler with "
+                     "CPU activity and with_stack=True (gpuws does this for a Python "
+                     "workload), or nsys with --trace=cuda,osrt,nvtx"],
         "evidence": [*base, evidence("mean kernel time", mean_ns, "ns", src)]}
 
 
@@ -296,11 +327,11 @@ def _host_with_syncs(idle: float, syncs: float, tl: Timeline, gap_ns: Optional[f
         "code": "host_bound", "severity": "warning",
         "title": "Host-bound: the GPU is idle %.0f%% of the time between kernels" % idle,
         "detail": "the GPU waits for the host (%s) but the host waited for the GPU only %d "
-                  "times (%.2f per idle gap): the host is busy elsewhere (Python, data "
-                  "loading, I/O)" % (waits, syncs, per_gap),
-        "remedies": ["overlap data loading with compute (DataLoader workers, pinned memory, "
-                     "non_blocking copies)",
-                     "profile the host: py-spy, or nsys with --trace=cuda,osrt,nvtx"],
+                  "times (%.2f per idle gap): the host is busy with something else, which "
+                  "this timeline does not show" % (waits, syncs, per_gap),
+        "remedies": ["profile the host to see where its time goes: torch.profiler with "
+                     "CPU activity and with_stack=True, py-spy, or nsys with "
+                     "--trace=cuda,osrt,nvtx"],
         "evidence": ev}
 
 
@@ -324,8 +355,8 @@ def _concentration(top: Dict[str, Any], fams: List[Dict[str, Any]],
         return [{"code": "dominant_kernel", "severity": "info",
                  "title": "%s%s takes %.0f%% of kernel time" % (
                      "GPU-bound: " if first else "", short_name(name), share),
-                 "detail": "one kernel (%s) dominates: Tier 3 on it is where the time is"
-                           % family(name),
+                 "detail": "one kernel (%s%s) dominates: Tier 3 on it is where the time is"
+                           % (family(name), _from(top)),
                  "remedies": [], "kernel": name,
                  "evidence": [evidence("share of kernel time", share, "%", src)]}]
     fam = fams[0] if fams else None
@@ -341,8 +372,240 @@ def _concentration(top: Dict[str, Any], fams: List[Dict[str, Any]],
              "title": "%sKernel time is spread: the top kernel takes %.0f%% of %d" % (
                  "GPU-bound. " if first else "", share, len(rows)),
              "detail": "speeding up any one kernel buys little; fusion or a different "
-                       "algorithm is where the time is",
+                       "algorithm is where the time is%s" % (
+                           "; the top kernel: %s, %.0f%%%s" % (short_name(name), share,
+                                                              _from(top))
+                           if top.get("code") else ""),
              "remedies": [], "evidence": [evidence("share of kernel time", share, "%", src)]}]
+
+
+def _from(row: Dict[str, Any]) -> str:
+    """`` from modeling_llama.py:123 in forward`` where the row has its launching code."""
+    code = row.get("code")
+    return " from %s" % code if isinstance(code, str) and code else ""
+
+
+def window_text(window: Optional[Dict[str, Any]]) -> str:
+    """``decode steps 2-23, 8.1 ms each`` ("" without a window)."""
+    if not window:
+        return ""
+    step = _num(window.get("step_ns"))
+    return "%s %s\u2013%s%s" % (
+        window.get("label") or "steps", window.get("first_step"), window.get("last_step"),
+        ", %s each" % _duration(step) if step is not None else "")
+
+
+def left_out_text(window: Optional[Dict[str, Any]]) -> str:
+    """``2.1 s before the first kernel (main in train.py:3 1900 ms); …``."""
+    parts = []
+    for p in (window or {}).get("left_out") or []:
+        ns = _num(p.get("ns"))
+        if ns is None or ns <= 0:
+            continue
+        what = p.get("what") or ""
+        parts.append("%s %s%s" % (_duration(ns), p.get("phase") or "",
+                                  " (%s)" % what if what else ""))
+    return "; ".join(parts)
+
+
+def _duration(ns: float) -> str:
+    if ns >= 1e9:
+        return "%.2f s" % (ns / 1e9)
+    if ns >= 1e6:
+        return "%.1f ms" % (ns / 1e6)
+    return "%.1f \u00b5s" % (ns / 1e3)
+
+
+def _where(where: str) -> str:
+    return " over %s" % where if where else ""
+
+
+def _site(site: Dict[str, Any]) -> str:
+    """``forward in modeling_llama.py:200`` from ``modeling_llama.py:200 in forward``."""
+    code = str(site.get("code") or "?")
+    place, _, func = code.partition(" in ")
+    return "%s in %s" % (func, place) if func else code
+
+
+def _host_evidence(host: Dict[str, Any], busy: float, memcpy: Optional[float],
+                   mean_ns: Optional[float], window: Optional[Dict[str, Any]], where: str,
+                   src: str) -> Tuple[str, Dict[str, Any]]:
+    """What keeps the GPU waiting, from the host's own time in the window: waits for the
+    GPU, data loading, PyTorch's per-op dispatch, or other Python; remedies only for
+    what the trace shows."""
+    if memcpy is not None and memcpy >= MEMCPY_HIGH_PCT:
+        return "transfer", _transfers(memcpy, src)
+    wall = float(host.get("wall_ns") or 0.0)
+    launches = int(host.get("launches") or 0)
+    sync_ns = float(host.get("sync_ns") or 0.0)
+    data_ns = float(host.get("data_ns") or 0.0)
+    dispatch_ns = float(host.get("dispatch_ns") or 0.0)
+    python_ns = float(host.get("python_ns") or 0.0)
+    comm_ns = float(host.get("comm_ns") or 0.0)
+    idle = 100.0 - busy
+    per_launch = wall / launches if launches else None
+    steps = _num((window or {}).get("steps"))
+    loop = host.get("loop")
+    split = ("PyTorch ops (dispatch and launch) %.0f%%, other Python %.0f%%, waits for the "
+             "GPU %.0f%%, data loading %.0f%%" % (
+                 100.0 * dispatch_ns / wall, 100.0 * python_ns / wall, 100.0 * sync_ns / wall,
+                 100.0 * data_ns / wall))
+    if comm_ns:
+        split += ", collectives %.0f%%" % (100.0 * comm_ns / wall)
+    ev = [evidence("GPU busy share of the window", busy, "%", src),
+          evidence("host time in the window", wall, "ns", src),
+          evidence("host time in PyTorch ops", dispatch_ns, "ns", src),
+          evidence("host time in other Python", python_ns, "ns", src),
+          evidence("host time waiting for the GPU", sync_ns, "ns", src),
+          evidence("host time loading data", data_ns, "ns", src),
+          evidence("kernel launches in the window", float(launches), "", src)]
+    if per_launch is not None:
+        ev.append(evidence("host time per launch", per_launch, "ns", src))
+    py_sites = [s for s in host.get("python_sites") or [] if isinstance(s, dict)]
+    top_py = "; top Python: %s" % ", ".join(
+        "%s %s" % (_site(s), _duration(float(s.get("ns") or 0.0))) for s in py_sites[:3]
+    ) if py_sites else ""
+    if sync_ns >= SYNC_HOST_SHARE * wall:
+        sites = [s for s in host.get("sync_sites") or [] if isinstance(s, dict)]
+        return "host", {
+            "code": "sync_bound", "severity": "warning",
+            "title": "Sync-bound: the host waits for the GPU %.0f%% of its time%s%s" % (
+                100.0 * sync_ns / wall, _where(where),
+                ", at %s" % _site(sites[0]) if sites else ""),
+            "detail": "%d waits (%s); each drains the GPU's queue and the GPU then waits for "
+                      "the host's next work (the GPU is idle %.0f%% of the window). Host "
+                      "time: %s" % (int(host.get("sync_calls") or 0), ", ".join(
+                          "%s: %d, %s" % (_site(s), int(s.get("count") or 0),
+                                          _duration(float(s.get("ns") or 0.0)))
+                          for s in sites[:3]) or "sites not known", idle, split),
+            "remedies": ["remove the wait at %s: .item(), .cpu(), .tolist() or a print of a "
+                         "tensor there blocks until the GPU is done; keep the value on the "
+                         "GPU, or read it every N steps" % _site(s) for s in sites[:2]]
+            + ["use non_blocking copies into pinned memory and an event instead of a "
+               "stream sync"],
+            "evidence": ev}
+    if comm_ns >= SYNC_HOST_SHARE * wall:
+        return "communication", {
+            "code": "communication_bound", "severity": "warning",
+            "title": "Communication-bound: the host waits in collectives %.0f%% of its time%s"
+                     % (100.0 * comm_ns / wall, _where(where)),
+            "detail": "the trace shows the host inside torch.distributed's collectives "
+                      "(all_reduce and the like) while the GPU is idle %.0f%% of the window. "
+                      "Host time: %s" % (idle, split),
+            "remedies": ["overlap communication with compute: issue collectives with "
+                         "async_op=True and wait later, or DDP's bucketed all-reduce during "
+                         "backward",
+                         "use the nccl backend where each rank has a GPU (gloo and MPI "
+                         "reduce through host memory)"],
+            "evidence": [*ev, evidence("host time in collectives", comm_ns, "ns", src)]}
+    if data_ns >= DATA_HOST_SHARE * wall:
+        return "host", {
+            "code": "data_bound", "severity": "warning",
+            "title": "Data-loading-bound: the host loads data %.0f%% of its time%s" % (
+                100.0 * data_ns / wall, _where(where)),
+            "detail": "the trace shows the host in DataLoader / Dataset code while the GPU "
+                      "is idle %.0f%% of the window. Host time: %s" % (idle, split),
+            "remedies": ["load in background workers: DataLoader(num_workers=N, "
+                         "persistent_workers=True, prefetch_factor=2)",
+                         "pin_memory=True and .to(device, non_blocking=True)",
+                         "move decoding and augmentation to the GPU or preprocess once"],
+            "evidence": ev}
+    sites = [s for s in host.get("launch_sites") or [] if isinstance(s, dict)]
+    short = per_launch is not None and per_launch < LAUNCH_GAP_NS and (
+        mean_ns is None or mean_ns < LAUNCH_GAP_NS)
+    if short and launches:
+        decode = bool(window and window.get("label") == "decode steps") or bool(
+            loop and DECODE_FRAME.search(str(loop).rsplit(" in ", 1)[-1]))
+        origin = _site(sites[0]) if sites else "?"
+        under = " under %s" % _site({"code": loop}) if loop else ""
+        remedies = ["capture the %s in a CUDA graph: torch.compile(mode=\"reduce-overhead\"), "
+                    "or torch.cuda.CUDAGraph around it" % ("decode step" if decode else "step")]
+        if decode:
+            remedies.append("use a static KV cache (generate(..., cache_implementation="
+                            "\"static\"), or StaticCache) so the decode step has fixed "
+                            "shapes and can be captured and compiled")
+        remedies.append("fuse small kernels with torch.compile (fewer launches per step)")
+        remedies.append("give each launch more work: bigger batches")
+        per_step = ("%.0f launches a %s, " % (launches / steps, "decode step" if decode
+                                              else "step")) if steps else ""
+        known = sum(float(x.get("count") or 0.0) for x in sites)
+        by_code = "; launches by code: %s" % ", ".join(
+            "%s %.0f%%" % (_site(x), 100.0 * float(x.get("count") or 0.0)
+                           / max(float(launches), known))
+            for x in sites[:4]) if sites and known else ""
+        ev.append(evidence("host time in PyTorch ops per launch", dispatch_ns / launches,
+                           "ns", src))
+        return "launch", {
+            "code": "dispatch_bound", "severity": "warning",
+            "title": "Dispatch-bound: the host spends %s per kernel launch, from %s%s" % (
+                _duration(per_launch or 0.0), origin, under),
+            "detail": "the GPU is idle %.0f%%%s while the host runs Python and PyTorch's "
+                      "dispatch for each of %d short kernels (%smean kernel %s): the cost "
+                      "is per launch, not in any kernel. Host time: %s%s%s" % (
+                          idle, _where(where), launches, per_step,
+                          _duration(mean_ns) if mean_ns is not None else "?", split, top_py,
+                          by_code),
+            "remedies": remedies, "evidence": ev}
+    return "host", {
+        "code": "python_bound", "severity": "warning",
+        "title": "Host-bound: Python between kernels takes %.0f%% of the host's time%s%s" % (
+            100.0 * python_ns / wall, _where(where),
+            ", most in %s" % _site(py_sites[0]) if py_sites else ""),
+        "detail": "the GPU is idle %.0f%% of the window; launching is not the cost "
+                  "(%s per launch). Host time: %s%s" % (
+                      idle, _duration(per_launch) if per_launch is not None else "?",
+                      split, top_py),
+        "remedies": ["move the work of %s out of the loop, or onto the GPU" % _site(s)
+                     for s in py_sites[:2]]
+        or ["profile the host with py-spy to see its Python"],
+        "evidence": ev}
+
+
+def _sync_note(host: Dict[str, Any], first: Dict[str, Any], src: str
+               ) -> List[Dict[str, Any]]:
+    """The host's waits for the GPU, by code, where they cost a tenth of its time and the
+    first finding is not about them."""
+    wall = float(host.get("wall_ns") or 0.0)
+    sync_ns = float(host.get("sync_ns") or 0.0)
+    sites = [s for s in host.get("sync_sites") or [] if isinstance(s, dict)]
+    if first.get("code") == "sync_bound" or not wall or sync_ns < SYNC_NOTE_SHARE * wall \
+            or not sites:
+        return []
+    return [{"code": "host_syncs", "severity": "info",
+             "title": "The host waits for the GPU %.0f%% of its time, most at %s"
+                      % (100.0 * sync_ns / wall, _site(sites[0])),
+             "detail": ", ".join("%s: %d waits, %s" % (
+                 _site(s), int(s.get("count") or 0), _duration(float(s.get("ns") or 0.0)))
+                 for s in sites[:3]),
+             "remedies": ["remove the wait at %s (.item(), .cpu(), .tolist()): keep the "
+                          "value on the GPU, or read it every N steps" % _site(sites[0])],
+             "evidence": [evidence("host time waiting for the GPU", sync_ns, "ns", src)]}]
+
+
+def _communication(comm: Dict[str, Any], where: str, src: str, first: bool = True
+                   ) -> Dict[str, Any]:
+    exposed = _num(comm.get("exposed_pct")) or 0.0
+    share = _num(comm.get("comm_pct")) or 0.0
+    host_side = comm.get("where") == "host"
+    ev = [evidence("communication share of the window", share, "%", src),
+          evidence("communication not overlapped with compute", exposed, "%", src)]
+    remedies = []
+    if host_side:
+        remedies.append("use the nccl backend where each rank has a GPU: gloo and MPI "
+                        "reduce through host memory while the GPU waits")
+    remedies += ["overlap communication with compute: DDP's bucketed all-reduce during "
+                 "backward (bucket_cap_mb), or issue collectives async_op=True and wait later",
+                 "communicate less often or less: gradient accumulation with no_sync(), "
+                 "bf16 gradients (a compression hook)"]
+    return {"code": "communication_bound" if first else "communication", "severity":
+            "warning" if first else "info",
+            "title": "%s: collectives not overlapped with compute take %.0f%% of the time%s"
+                     % ("Communication-bound" if first else "Communication", exposed,
+                        _where(where)),
+            "detail": "collectives (%s) take %.0f%% of the window, %.0f%% of it with no "
+                      "compute kernel running alongside: the GPUs wait for each other" % (
+                          "on the host" if host_side else "NCCL kernels", share, exposed),
+            "remedies": remedies if first else [], "evidence": ev}
 
 
 def tier3_advice(verdict: Dict[str, Any], rows: List[Dict[str, Any]],

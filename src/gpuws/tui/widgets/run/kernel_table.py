@@ -37,6 +37,12 @@ class KernelTablePane(DataTable[str | Text]):
         if table is None:
             return
         shown = verdicts.top_rows(table.kernels)
+        # The code that launched each kernel, where the profile had Python stacks: a
+        # column only then, so a table without it keeps its shape.
+        code = any(k.code for k in shown.rows)
+        if code and "from" not in self.columns:
+            self.add_column("from", key="from")
+        extra = "from" in self.columns
         for i, k in enumerate(shown.rows):
             self._full[str(i)] = k.name
             self.add_row(Text(visible(verdicts.short(k.name)), overflow="ellipsis",
@@ -44,12 +50,15 @@ class KernelTablePane(DataTable[str | Text]):
                          Text(fmt.num(k.calls), justify="right"),
                          Text(fmt.ms(k.total_ns / 1e6), justify="right"),
                          Text(fmt.ms(k.mean_ns / 1e6), justify="right"),
-                         Text(fmt.pct(k.share_pct), justify="right"), key=str(i))
+                         Text(fmt.pct(k.share_pct), justify="right"),
+                         *((Text(visible(k.code or "", 200), "dim", no_wrap=True),)
+                           if extra else ()), key=str(i))
         if shown.others:
             self.add_row(Text(f"{shown.others} others", "dim"),
                          Text(fmt.num(shown.others_calls), justify="right"),
                          Text(fmt.ms(shown.others_total_ns / 1e6), justify="right"), Text(""),
-                         Text(fmt.pct(shown.others_share_pct), justify="right"), key="others")
+                         Text(fmt.pct(shown.others_share_pct), justify="right"),
+                         *((Text(""),) if extra else ()), key="others")
 
     def full_name(self, key: str | None) -> str | None:
         """The full demangled name of the row with ``key`` (None for "others" or none)."""
@@ -66,5 +75,13 @@ def kernel_table_caption(table: protocol.KernelTable | None, empty: str | None =
         parts.append(f"GPU idle {fmt.pct(table.gpu_idle_pct)}")
     if table.memcpy_pct is not None:
         parts.append(f"memcpy {fmt.pct(table.memcpy_pct)}")
+    window = verdicts.window_caption(table.window, table.comm)
+    if window:
+        parts.append(visible(window, 300))
+    for r in table.ranks or []:
+        parts.append(f"{verdicts.rank_name(r)}: GPU idle {fmt.pct(r.gpu_idle_pct)}" + (
+            f", communication {fmt.pct(r.comm.comm_pct, 0)} ({fmt.pct(r.comm.exposed_pct, 0)}"
+            " exposed)" if r.comm is not None else ""))
     noun = "kernel" if len(table.kernels) == 1 else "kernels"
-    return f"{len(table.kernels)} {noun} · " + " · ".join(parts)
+    ranks = f" ({len(table.ranks)} ranks merged)" if table.ranks else ""
+    return f"{len(table.kernels)} {noun}{ranks} · " + " · ".join(parts)

@@ -14,7 +14,7 @@ from ... import fmt
 from ..quiet import QuietStatic
 
 _BOUND_STYLE = {"gpu": "bold green", "launch": "bold yellow", "transfer": "bold yellow",
-                "host": "bold yellow"}
+                "host": "bold yellow", "communication": "bold yellow"}
 
 
 def render_verdicts(v: verdicts.Verdicts, empty: str = "") -> Text:
@@ -28,6 +28,10 @@ def render_verdicts(v: verdicts.Verdicts, empty: str = "") -> Text:
     if p is not None:
         text.append("Program", "underline")
         text.append(f"  (kernel times from {visible(p.source, 40)})\n", "dim")
+        if p.window:
+            text.append("judged: " + visible(p.window, 200) + "\n", "bold")
+        if p.left_out:
+            text.append("left out: " + visible(p.left_out, 600) + "\n", "dim")
         for i, f in enumerate(p.findings):
             text.append("★ " if i == 0 else "· ", _BOUND_STYLE.get(p.bound, "bold"))
             text.append(visible(f.title, 400) + "\n", "bold" if i == 0 else "")
