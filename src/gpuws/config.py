@@ -33,6 +33,8 @@ Per host (or under ``[defaults]``):
 - ``stop_running``: ``true`` lets the idle stop stop a pod whose run is still going
   (default ``false``: a run in progress holds it off);
 - ``budget_action``: ``"warn"`` (default) or ``"stop"``: what reaching ``budget_usd`` does.
+- ``agent``, ``agent_may_start_stop``: ``true`` opens the host to a coding agent through
+  ``gpuws mcp`` (and lets it start and stop the pod); both default to no.
 
 Every key left out of a host's table is taken from ``[defaults]``.
 
@@ -81,6 +83,10 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             ``None`` (left out) means false.
         budget_action: ``"warn"`` or ``"stop"`` at 100% of ``budget_usd``; ``None`` (left
             out) means ``"warn"``.
+        agent: whether a coding agent may use the host through ``gpuws mcp`` (sync, run,
+            doctor); ``None`` (left out) means no.
+        agent_may_start_stop: whether that agent may also start and stop the pod (its
+            ``start``/``stop`` commands); ``None`` (left out) means no.
     """
 
     rate_usd_per_hour: NonNegative | None = None
@@ -92,6 +98,8 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     idle_stop_minutes: Minutes | None = None
     stop_running: bool | None = None
     budget_action: BudgetAction | None = None
+    agent: bool | None = None
+    agent_may_start_stop: bool | None = None
 
     @property
     def may_stop_running(self) -> bool:

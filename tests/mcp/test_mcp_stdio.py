@@ -1,0 +1,134 @@
+"""``gpuws mcp`` against the real sshd pod, through the MCP SDK's stdio client.
+
+The client is the SDK's (the one agent hosts use); the server is ``python -m gpuws mcp``
+in its own process; the pod is a real OpenSSH sshd on loopback with gpuws's agent
+deployed on it. ``cmd:`` workloads need no GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuws.sessions.store import Store
+
+from .mcpclient import mcp_client, write_config
+
+# Each test starts `gpuws mcp` and deploys the agent over SSH: ~10 s on two shared cores.
+pytestmark = pytest.mark.timeout(240)
+
+POD = """
+[hosts.pod]
+agent = true
+rate_usd_per_hour = 3.6
+"""
+
+
+def _text(result: Any) -> str:
+    return "".join(getattr(c, "text", "") for c in result.content)
+
+
+async def test_tools_listed_with_schemas(ssh_config: Path) -> None:
+    write_config(POD)
+    async with mcp_client("-F", str(ssh_config)) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == {"hosts", "doctor", "sync", "run", "results", "compare", "history",
+                          "export", "start", "stop"}
+    for tool in tools.values():
+        assert tool.output_schema is not None and tool.output_schema["type"] == "object"
+    assert tools["run"].input_schema["required"] == ["host", "workload"]
+
+
+async def test_an_agent_runs_reads_and_is_recorded(ssh_config: Path) -> None:
+    write_config(POD)
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total, message))
+
+    async with mcp_client("-F", str(ssh_config), "--budget-usd", "5",
+                          "--max-run-seconds", "60") as client:
+        hosts = await client.call_tool("hosts", {})
+        assert not hosts.is_error
+        assert hosts.structured_content is not None
+        assert hosts.structured_content["hosts"][0] == {
+            "host": "pod", "agent": True, "agent_may_start_stop": False,
+            "rate_usd_per_hour": 3.6, "has_start": False, "has_stop": False}
+        ran = await client.call_tool(
+            "run", {"host": "pod", "workload": "cmd:echo hello-agent; echo oops >&2",
+                    "tiers": "2"}, progress_callback=on_progress)
+        assert not ran.is_error, _text(ran)
+        out = ran.structured_content
+        assert out is not None
+        assert out["status"] == "ok"
+        assert "stdout: hello-agent" in out["output_tail"]
+        assert "stderr: oops" in out["output_tail"]
+        prov = out["provenance"]
+        assert prov["host"] == "pod" and prov["gpuws_version"]
+        # Progress came as notifications, ending at the total.
+        assert progress and progress[-1][0] == progress[-1][1]
+        assert any("tier 2" in (m or "") for _, _, m in progress)
+
+        again = await client.call_tool("results", {"run_id": out["run_id"][:15]})
+        assert again.structured_content is not None
+        assert again.structured_content["run_id"] == out["run_id"]
+        assert again.structured_content["provenance"] == prov
+
+        history = await client.call_tool("history", {})
+        assert history.structured_content is not None
+        runs = history.structured_content["runs"]
+        assert [r["by"] for r in runs if r["run_id"] == out["run_id"]] == ["agent"]
+        tools = [a["tool"] for a in history.structured_content["agent_actions"]]
+        assert tools == ["hosts", "run", "results"]
+
+        exported = await client.call_tool("export", {"session": out["session_id"]})
+        assert exported.structured_content is not None
+        assert "## Agent actions (gpuws mcp)" in exported.structured_content["markdown"]
+
+        trace = await client.read_resource(f"gpuws://trace/{out['run_id']}")
+        lines = [json.loads(x) for x in trace.contents[0].text.splitlines()]  # type: ignore[union-attr]
+        assert lines[0]["type"] == "run_started" and lines[-1]["type"] == "run_finished"
+    with Store() as store:
+        from gpuws.mcp import actions
+
+        recorded = actions.actions(store)
+    run_call = next(a for a in recorded if a.tool == "run")
+    assert run_call.arguments["workload"] == "cmd:echo hello-agent; echo oops >&2"
+    assert run_call.run_id == out["run_id"] and run_call.outcome == "ok"
+    assert run_call.cost_usd is not None and run_call.cost_usd > 0
+
+
+async def test_refusals_are_tool_errors_with_one_line(ssh_config: Path) -> None:
+    write_config(POD + """
+[hosts.other]
+rate_usd_per_hour = 1.0
+""")
+    async with mcp_client("-F", str(ssh_config), "--budget-usd", "0.05",
+                          "--max-run-seconds", "60") as client:
+        outside = await client.call_tool("run", {"host": "other", "workload": "cmd:true"})
+        assert outside.is_error
+        assert _text(outside).startswith("gpuws: refused: host 'other' is not open to agents")
+        assert "agent = true" in _text(outside)
+        # 60 s at $3.60/h could cost $0.06, more than the $0.05 budget.
+        past = await client.call_tool("run", {"host": "pod", "workload": "cmd:true"})
+        assert past.is_error
+        assert "could cost up to $0.0600" in _text(past)
+        assert "--budget-usd" in _text(past)
+        stop = await client.call_tool("stop", {"host": "pod"})
+        assert stop.is_error and "agent_may_start_stop" in _text(stop)
+        bad = await client.call_tool("run", {"host": "pod", "workload": "nope"})
+        assert bad.is_error and _text(bad).startswith("gpuws: ")
+        unknown = await client.call_tool("results", {"run_id": "nosuchrun"})
+        assert unknown.is_error and "history tool" in _text(unknown)
+        for result in (outside, past, stop, bad, unknown):
+            assert "\n" not in _text(result)
+        history = await client.call_tool("history", {})
+    assert history.structured_content is not None
+    outcomes = [(a["tool"], a["outcome"]) for a in history.structured_content["agent_actions"]]
+    assert outcomes == [("run", "refused"), ("run", "refused"), ("stop", "refused"),
+                        ("run", "error"), ("results", "error")]
+    # Nothing ran: no session was opened on the pod.
+    assert history.structured_content["runs"] == []
