@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from gpuws.sessions.store import Store
@@ -132,3 +133,59 @@ rate_usd_per_hour = 1.0
                         ("run", "error"), ("results", "error")]
     # Nothing ran: no session was opened on the pod.
     assert history.structured_content["runs"] == []
+
+
+async def _wait_for_run(client: Any, status: str) -> dict[str, Any]:
+    """The first stored run once it reaches ``status`` (the pod reports ends late)."""
+    with anyio.fail_after(60):
+        while True:
+            history = await client.call_tool("history", {})
+            runs = history.structured_content["runs"]
+            if runs and runs[0]["status"] == status:
+                return dict(runs[0])
+            await anyio.sleep(0.2)
+
+
+async def test_a_run_past_max_run_seconds_is_cancelled_on_the_pod(ssh_config: Path) -> None:
+    write_config(POD)
+    async with mcp_client("-F", str(ssh_config), "--max-run-seconds", "2") as client:
+        ran = await client.call_tool("run", {"host": "pod", "workload": "cmd:sleep 60",
+                                             "tiers": "2"})
+        assert ran.is_error
+        assert "passed --max-run-seconds 2 and was cancelled on the pod" in _text(ran)
+        run = await _wait_for_run(client, "cancelled")
+        assert run["by"] == "agent"
+
+
+async def test_cancelling_the_call_cancels_the_run(ssh_config: Path) -> None:
+    write_config(POD)
+    started = anyio.Event()
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        # A cmd: workload runs as tier 0 (the workload itself), before the tiers asked.
+        if message and message.startswith("tier 0") and message.endswith("started"):
+            started.set()
+
+    async with mcp_client("-F", str(ssh_config)) as client:
+        scope = anyio.CancelScope()
+
+        async def call() -> None:
+            with scope:
+                await client.call_tool("run", {"host": "pod", "workload": "cmd:sleep 60",
+                                               "tiers": "2"}, progress_callback=on_progress)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(60):
+                await started.wait()
+            scope.cancel()
+        await _wait_for_run(client, "cancelled")
+        with anyio.fail_after(60):
+            while True:  # the call is recorded once its run's end is stored
+                history = await client.call_tool("history", {})
+                outcomes = [a["outcome"] for a in history.structured_content["agent_actions"]
+                            if a["tool"] == "run"]
+                if outcomes:
+                    break
+                await anyio.sleep(0.2)
+    assert outcomes == ["cancelled"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, cast
 
+import anyio
 import msgspec
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -54,6 +55,9 @@ from .schemas import (
 
 #: How long a cancelled run may take to report its end before the tool gives up waiting.
 CANCEL_GRACE_S = 30.0
+#: How much longer than --max-run-seconds the pod lets a workload process run: the
+#: laptop cancels at the cap; the pod's timeout is for a laptop that is gone by then.
+POD_TIMEOUT_MARGIN_S = 30.0
 #: The resources' URI templates.
 REPORT_URI = "gpuws://report/{session_id}"
 TRACE_URI = "gpuws://trace/{run_id}"
@@ -105,6 +109,9 @@ class GpuwsServer(MCPServer[Any]):
     def __init__(self, policy: AgentPolicy) -> None:
         super().__init__(
             name="gpuws", version=__version__,
+            # stderr is the person's log: asyncssh's INFO lines (a dozen per connection)
+            # would bury gpuws's own warnings.
+            log_level="WARNING",
             instructions=(
                 "gpuws measures GPU code on rented pods. Typical loop: sync a workspace, run "
                 "a workload (file:PATH inside it, tiers '1' for timing), read results, edit, "
@@ -140,8 +147,10 @@ class GpuwsServer(MCPServer[Any]):
                                   is_error=True)
         finally:
             _CALL.reset(token)
-            await asyncio.shield(asyncio.to_thread(
-                _record, name, arguments, outcome, detail, call))
+            # Shielded: a cancelled call is recorded too (the SDK cancels through anyio,
+            # which cancels every await of the task again until its scope is left).
+            with anyio.CancelScope(shield=True):
+                await asyncio.to_thread(_record, name, arguments, outcome, detail, call)
 
 
 def _record(tool: str, arguments: dict[str, Any], outcome: str, detail: str,
@@ -309,8 +318,8 @@ def build_server(policy: AgentPolicy) -> GpuwsServer:
         opts = runspec.LaunchOptions(
             workload=workload, tiers=tiers, target_ci=runspec.parse_target_ci(target_ci),
             max_seconds=max_seconds, timing=timing, gpu=gpu, workspace=workspace,
-            # A workload process never outlives the person's cap either.
-            timeout=policy.max_run_seconds)
+            # The pod's own stop, should the laptop's cancel at the cap never reach it.
+            timeout=policy.max_run_seconds + POD_TIMEOUT_MARGIN_S)
         spec = runspec.build_spec(opts)  # a mistake in the run is named before the budget
         policy.afford(host, policy.max_run_seconds, "a run")
         ws = None
@@ -342,9 +351,10 @@ def build_server(policy: AgentPolicy) -> GpuwsServer:
                     await _follow(engine, run_id, policy.max_run_seconds)
                     await engine.settled(run_id)
                 finally:
-                    await progress.close()
-                    await engine.close()
-                    await engine.store.close()
+                    with anyio.CancelScope(shield=True):  # ended and stored, even cancelled
+                        await progress.close()
+                        await engine.close()
+                        await engine.store.close()
             call.cost_usd = held.cost_usd
         except asyncio.CancelledError:
             call.cost_usd = held.cost_usd
@@ -486,7 +496,10 @@ async def _follow(engine: Engine, run_id: str, limit_s: float) -> protocol.RunFi
                        "on the pod", remedy="a person raises --max-run-seconds, or ask for "
                        "less (fewer tiers, a smaller max_seconds)") from None
     except asyncio.CancelledError:
-        await asyncio.shield(_cancel(engine, run_id))
+        # The client cancelled the call: the run is cancelled on the pod, and its end
+        # stored, before the call ends.
+        with anyio.CancelScope(shield=True):
+            await _cancel(engine, run_id)
         raise
 
 
