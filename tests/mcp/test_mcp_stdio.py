@@ -189,3 +189,28 @@ async def test_cancelling_the_call_cancels_the_run(ssh_config: Path) -> None:
                     break
                 await anyio.sleep(0.2)
     assert outcomes == ["cancelled"]
+
+
+async def test_sync_then_run_in_the_workspace_records_the_code(ssh_config: Path,
+                                                               tmp_path: Path) -> None:
+    write_config(POD)
+    ws = tmp_path / "project"
+    ws.mkdir()
+    (ws / "kernel.txt").write_text("version 1\n")
+    async with mcp_client("-F", str(ssh_config)) as client:
+        synced = await client.call_tool("sync", {"host": "pod", "workspace": str(ws)})
+        assert not synced.is_error, _text(synced)
+        s = synced.structured_content
+        assert s is not None and s["files"] == 1 and s["blobs_sent"] == 1
+        ran = await client.call_tool("run", {"host": "pod", "workload": "cmd:cat kernel.txt",
+                                             "workspace": str(ws), "tiers": "2"})
+        assert not ran.is_error, _text(ran)
+        r = ran.structured_content
+        assert r is not None
+        assert "stdout: version 1" in r["output_tail"]
+        # The run's provenance names the tree the sync sent, as the laptop hashed it.
+        assert r["provenance"]["tree_sha256"] == s["tree_sha256"]
+        assert r["code"]["tree_sha256"] == s["tree_sha256"]
+        again = await client.call_tool("sync", {"host": "pod", "workspace": str(ws)})
+        assert again.structured_content is not None
+        assert again.structured_content["blobs_sent"] == 0  # nothing changed, nothing sent
