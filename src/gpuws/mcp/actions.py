@@ -9,12 +9,14 @@ as "no agent ever used it", and the store's schema version stays the sessions' o
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
 import msgspec
 
 from ..sessions.store import Store
+from ..text.textsafe import visible
 
 _TABLE = """CREATE TABLE IF NOT EXISTS agent_actions(
     id INTEGER PRIMARY KEY,
@@ -88,7 +90,9 @@ def record(store: Store, tool: str, arguments: dict[str, Any], outcome: str, *,
 
 def actions(store: Store, session_id: str | None = None) -> list[AgentAction]:
     """The recorded calls (those of ``session_id``'s runs, or all), oldest first."""
-    _ensure(store)
+    if store._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                           "name = 'agent_actions'").fetchone() is None:
+        return []  # no agent has used this store: reading it leaves it as it was
     sql = ("SELECT id, at, tool, arguments, outcome, detail, host, run_id, session_id, "
            "cost_usd, record FROM agent_actions")
     params: tuple[str, ...] = ()
@@ -114,3 +118,21 @@ def provenance_of(store: Store, run_id: str) -> dict[str, Any] | None:
     """The provenance recorded when an agent's run finished, if an agent made it."""
     action = agent_runs(store).get(run_id)
     return action.record if action is not None else None
+
+
+def agent_section(rows: list[AgentAction]) -> str:
+    """The agent's calls as a markdown section (empty when there were none)."""
+    if not rows:
+        return ""
+    lines = ["", "## Agent actions (gpuws mcp)", "",
+             "| when (UTC) | tool | arguments | outcome | run | cost |",
+             "|---|---|---|---|---|---|"]
+    for a in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(a.at))
+        args = visible(msgspec.json.encode(a.arguments).decode(), 200).replace("|", "\\|")
+        outcome = a.outcome + (f": {visible(a.detail, 200)}" if a.detail else "")
+        cost = "" if a.cost_usd is None or not math.isfinite(a.cost_usd) \
+            else f"${a.cost_usd:.4f}"
+        lines.append(f"| {when} | {a.tool} | `{args}` | {outcome.replace('|', '/')} | "
+                     f"{a.run_id or ''} | {cost} |")
+    return "\n".join(lines) + "\n"

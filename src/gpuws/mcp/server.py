@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Annotated, Any, cast
 
 import anyio
-import msgspec
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
@@ -427,7 +426,7 @@ def build_server(policy: AgentPolicy) -> GpuwsServer:
             except GpuwsError as exc:
                 raise UsageError(exc.message, remedy="the history tool lists the sessions of "
                                                      "each run") from None
-            text = export_session(s, sid) + agent_section(actions.actions(s, sid))
+            text = export_session(s, sid) + actions.agent_section(actions.actions(s, sid))
             _call().session_id = sid
             return ExportOut(session_id=sid, markdown=text)
         out: ExportOut = await _in_store(read)
@@ -444,7 +443,7 @@ def build_server(policy: AgentPolicy) -> GpuwsServer:
     async def report(session_id: str) -> str:
         def read(s: Store) -> str:
             sid = s.session(session_id).id
-            return export_session(s, sid) + agent_section(actions.actions(s, sid))
+            return export_session(s, sid) + actions.agent_section(actions.actions(s, sid))
         text: str = await _in_store(read)
         return text
 
@@ -507,24 +506,6 @@ async def _cancel(engine: Engine, run_id: str) -> None:
     with contextlib.suppress(GpuwsError, TimeoutError):
         await engine.cancel(run_id)
         await asyncio.wait_for(engine.wait_finished(run_id), CANCEL_GRACE_S)
-
-
-def agent_section(rows: list[actions.AgentAction]) -> str:
-    """The agent's calls as a markdown section (empty when there were none)."""
-    if not rows:
-        return ""
-    lines = ["", "## Agent actions (gpuws mcp)", "",
-             "| when (UTC) | tool | arguments | outcome | run | cost |",
-             "|---|---|---|---|---|---|"]
-    for a in rows:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(a.at))
-        args = visible(msgspec.json.encode(a.arguments).decode(), 200).replace("|", "\\|")
-        outcome = a.outcome + (f": {visible(a.detail, 200)}" if a.detail else "")
-        cost = "" if a.cost_usd is None or not math.isfinite(a.cost_usd) \
-            else f"${a.cost_usd:.4f}"
-        lines.append(f"| {when} | {a.tool} | `{args}` | {outcome.replace('|', '/')} | "
-                     f"{a.run_id or ''} | {cost} |")
-    return "\n".join(lines) + "\n"
 
 
 async def serve(args: argparse.Namespace) -> int:
