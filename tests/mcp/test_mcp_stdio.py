@@ -124,13 +124,27 @@ rate_usd_per_hour = 1.0
         assert bad.is_error and _text(bad).startswith("gpuws: ")
         unknown = await client.call_tool("results", {"run_id": "nosuchrun"})
         assert unknown.is_error and "history tool" in _text(unknown)
-        for result in (outside, past, stop, bad, unknown):
-            assert "\n" not in _text(result)
+        # Worst values an agent can send: a host with a newline and an escape, numbers
+        # out of range, a mode that does not exist.
+        hostile = await client.call_tool("run", {"host": "pod\n\x1b[2J", "workload": "cmd:true"})
+        assert hostile.is_error and "is not open to agents" in _text(hostile)
+        negative = await client.call_tool("run", {"host": "pod", "workload": "cmd:true",
+                                                  "max_seconds": -1})
+        assert negative.is_error and _text(negative).startswith("gpuws: ")
+        nan = await client.call_tool("run", {"host": "pod", "workload": "cmd:true",
+                                             "max_seconds": float("nan")})
+        assert nan.is_error
+        mode = await client.call_tool("run", {"host": "pod", "workload": "cmd:true",
+                                              "timing": "warm"})
+        assert mode.is_error and "warm" in _text(mode)
+        for result in (outside, past, stop, bad, unknown, hostile, negative, nan, mode):
+            assert "\n" not in _text(result) and "\x1b" not in _text(result)
         history = await client.call_tool("history", {})
     assert history.structured_content is not None
     outcomes = [(a["tool"], a["outcome"]) for a in history.structured_content["agent_actions"]]
     assert outcomes == [("run", "refused"), ("run", "refused"), ("stop", "refused"),
-                        ("run", "error"), ("results", "error")]
+                        ("run", "error"), ("results", "error"), ("run", "refused"),
+                        ("run", "error"), ("run", "error"), ("run", "error")]
     # Nothing ran: no session was opened on the pod.
     assert history.structured_content["runs"] == []
 
