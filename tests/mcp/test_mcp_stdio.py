@@ -89,6 +89,13 @@ async def test_an_agent_runs_reads_and_is_recorded(ssh_config: Path) -> None:
         assert exported.structured_content is not None
         assert "## Agent actions (gpuws mcp)" in exported.structured_content["markdown"]
 
+        report = await client.read_resource(f"gpuws://report/{out['session_id']}")
+        assert "## Agent actions (gpuws mcp)" in report.contents[0].text  # type: ignore[union-attr]
+        doctor = await client.call_tool("doctor", {"host": "pod"})
+        assert not doctor.is_error, _text(doctor)
+        assert doctor.structured_content is not None
+        assert doctor.structured_content["host"] == "pod"
+        assert doctor.structured_content["python"]["version"]
         trace = await client.read_resource(f"gpuws://trace/{out['run_id']}")
         lines = [json.loads(x) for x in trace.contents[0].text.splitlines()]  # type: ignore[union-attr]
         assert lines[0]["type"] == "run_started" and lines[-1]["type"] == "run_finished"
