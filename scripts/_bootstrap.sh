@@ -32,7 +32,8 @@ ensure_venv() {
   local stamp=.venv/.gpuws-installed want have=""
   want="$1 $(sha256sum pyproject.toml | cut -d' ' -f1)"
   [ -f "$stamp" ] && have=$(cat "$stamp")
-  # A stamp for "dev" covers "report" too: dev's extras include ncu-report.
+  # A stamp for "dev" covers "report" and "report,mcp" too: dev's extras include ncu-report
+  # and mcp.
   case "$have" in
     "$want"|"dev $(sha256sum pyproject.toml | cut -d' ' -f1)")
       if .venv/bin/python -c 'import gpuws' 2>/dev/null; then return 0; fi ;;

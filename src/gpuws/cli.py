@@ -228,7 +228,31 @@ def make_parser() -> argparse.ArgumentParser:
                                   "them)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("pull", "pull"))
+
+    p = sub.add_parser("mcp", help="serve gpuws's tools to a coding agent over the Model "
+                                   "Context Protocol (stdio), bounded by the options below")
+    p.add_argument("-F", dest="ssh_config", metavar="FILE",
+                   help="ssh config file for the hosts the agent reaches")
+    p.add_argument("--budget-usd", type=usd, metavar="USD",
+                   help="the most this session may cost, all hosts together (each host's "
+                        "rate × connected time); a run that could pass it is refused")
+    p.add_argument("--max-run-seconds", type=_bounded(float, 1, 86400), default=600.0,
+                   metavar="S", help="a run still going after this long is cancelled on the "
+                                     "pod (default 600)")
+    p.set_defaults(func=_mcp)
     return parser
+
+
+async def _mcp(args: argparse.Namespace) -> int:
+    """``gpuws mcp``: the MCP SDK (the mcp extra) is imported only by this command."""
+    try:
+        from .mcp.server import serve
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith("mcp"):
+            raise
+        raise UsageError("gpuws mcp needs the mcp extra, which is not installed",
+                         remedy="pip install 'gpuws[mcp]' (scripts/run installs it)") from exc
+    return await serve(args)
 
 
 def _lazy(module: str, name: str) -> Command:

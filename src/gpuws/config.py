@@ -34,7 +34,9 @@ Per host (or under ``[defaults]``):
   (default ``false``: a run in progress holds it off);
 - ``budget_action``: ``"warn"`` (default) or ``"stop"``: what reaching ``budget_usd`` does;
 - ``stop_wait_s``: seconds the budget's stop waits for the host to stop answering SSH
-  (default 300); a host that still answers is said not stopped, and may still bill.
+  (default 300); a host that still answers is said not stopped, and may still bill;
+- ``agent``, ``agent_may_start_stop``: ``true`` opens the host to a coding agent through
+  ``gpuws mcp`` (and lets it start and stop the pod); both default to no.
 
 ``budget_usd`` is per host, per pod start and per day: it counts what the host's sessions
 cost (connected time × rate, every ``gpuws`` command and TUI connection together) since
@@ -103,6 +105,10 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             out) means ``"warn"``.
         stop_wait_s: seconds the budget's stop waits for the host to stop answering;
             ``None`` means 300 (:data:`gpuws.live.uptime.power.WAIT_S`).
+        agent: whether a coding agent may use the host through ``gpuws mcp`` (sync, run,
+            doctor); ``None`` (left out) means no.
+        agent_may_start_stop: whether that agent may also start and stop the pod (its
+            ``start``/``stop`` commands); ``None`` (left out) means no.
     """
 
     rate_usd_per_hour: NonNegative | None = None
@@ -115,6 +121,8 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     stop_running: bool | None = None
     budget_action: BudgetAction | None = None
     stop_wait_s: Positive | None = None
+    agent: bool | None = None
+    agent_may_start_stop: bool | None = None
 
     @property
     def may_stop_running(self) -> bool:

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import StoreError, UsageError
+from ..mcp.actions import actions, agent_runs, agent_section
 from ..sessions.compare import compare_runs, comparison_json, refuse_if_empty, render_comparison
 from ..sessions.cost import economics
 from ..sessions.export import export_session
@@ -91,8 +92,10 @@ async def history(args: argparse.Namespace) -> int:
     with Store() as store:
         session = find_session(store, args.session).id if args.session else None
         runs = list_runs(store, session)
+        by_agent = agent_runs(store)  # runs a coding agent made through `gpuws mcp`
     if args.json:
-        print_json([msgspec.to_builtins(r) for r in runs])
+        print_json([dict(msgspec.to_builtins(r), by="agent" if r.run_id in by_agent
+                         else "person") for r in runs])
         return 0
     out = console(markup=False)
     if not runs:
@@ -106,7 +109,7 @@ async def history(args: argparse.Namespace) -> int:
     for r in runs:
         by_session.setdefault(r.session_id, []).append(r)
     for session_id, rows in by_session.items():
-        out.print(_history_table(session_id, rows, out.width))
+        out.print(_history_table(session_id, rows, out.width, set(by_agent)))
     out.print(Text("run ids (or prefixes) go to compare, baseline, pull and replay SESSION "
                    "--run", "dim"))
     return 0
@@ -116,7 +119,8 @@ async def history(args: argparse.Namespace) -> int:
 NARROW = 100
 
 
-def _history_table(session_id: str, rows: list[RunSummary], width: int) -> Table:
+def _history_table(session_id: str, rows: list[RunSummary], width: int,
+                   by_agent: set[str] | None = None) -> Table:
     """One session's runs, each row at most three lines at any width: the run id whole,
     the workload, its reason and its code on one line each, cut with an ellipsis (before,
     a row folded to 13-17 lines at 80 columns)."""
@@ -137,7 +141,10 @@ def _history_table(session_id: str, rows: list[RunSummary], width: int) -> Table
         cells = [safe(r.run_id)]
         if not narrow:
             cells.append(Text(humanfmt.when(r.started)[11:]))
-        t.add_row(*cells, _status(r), Text(_median(r)), _workload(r))
+        status = _status(r)
+        if by_agent and r.run_id in by_agent:
+            status.append("\nby agent", "cyan")
+        t.add_row(*cells, status, Text(_median(r)), _workload(r))
     return t
 
 
@@ -178,7 +185,7 @@ async def export(args: argparse.Namespace) -> int:
     check_output(args.output)
     with Store() as store:
         session = find_session(store, args.session)
-        text = export_session(store, session.id)
+        text = export_session(store, session.id) + agent_section(actions(store, session.id))
     write_report(text, args.output)
     return 0
 

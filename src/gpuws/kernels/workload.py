@@ -97,6 +97,18 @@ class Workload:
         """
         return None
 
+    def verify(self, sync: Callable[[], None]) -> Optional[str]:
+        """Prove the workload computes before it is timed (a ``file:`` workload's
+        ``check(state)``); returns what was checked, or ``None`` when nothing is.
+
+        Args:
+            sync: waits for the GPU (the calls are asynchronous).
+
+        Raises:
+            ValueError: the check failed: the message says on which inputs.
+        """
+        return None
+
     def static_kernels(self) -> List[StaticKernel]:
         """The RawKernels this workload launches (empty when it launches library code)."""
         return []
@@ -121,6 +133,12 @@ class FileWorkload(Workload):
     work of one ``run`` call with ``BYTES``/``FLOPS`` constants or ``bytes_moved()``/
     ``flops()`` functions (given the setup state when they take an argument), and the
     ncu kernel filter with ``KERNEL_REGEX`` and the compute peak with ``FLOPS_KIND``.
+
+    It may define ``check(state)`` (``check()`` without ``setup()``): called after
+    ``run`` has finished on the GPU, it returns ``True``/``None`` when the result is right,
+    ``False`` or raises when not, or a relative error compared with ``CHECK_TOLERANCE``
+    (default 1e-3). gpuws calls it before timing (:meth:`verify`) on inputs the file
+    cannot predict: a run that caches its output or skips work is refused, not timed.
     """
 
     def __init__(self, path: str, module: types.ModuleType) -> None:
@@ -129,7 +147,8 @@ class FileWorkload(Workload):
         self.module = module
         self.name = "file:" + os.path.basename(path)
         self._run: Callable[..., Any] = module.run
-        self._setup: Optional[Callable[[], Any]] = getattr(module, "setup", None)
+        self._setup: Optional[Callable[..., Any]] = getattr(module, "setup", None)
+        self._check: Optional[Callable[..., Any]] = getattr(module, "check", None)
         self._state: Any = None
         regex = getattr(module, "KERNEL_REGEX", None)
         self.kernel_regex = str(regex) if regex is not None else None
@@ -142,7 +161,9 @@ class FileWorkload(Workload):
     def setup(self) -> None:
         """Call the file's ``setup()`` (if any), then its ``bytes_moved()``/``flops()``."""
         if self._setup is not None:
-            self._state = self._call_user(self._setup)
+            # A setup(seed) gets the first of the seeds verify() feeds it.
+            seeded = _positional_count(self._setup) >= 1
+            self._state = self._call_user(self._setup, *((CHECK_SEEDS[0],) if seeded else ()))
         bytes_fn = getattr(self.module, "bytes_moved", None)
         if callable(bytes_fn):
             self.bytes_moved = self._declared(bytes_fn, "bytes_moved")
@@ -161,6 +182,56 @@ class FileWorkload(Workload):
         """The file path and what it declared."""
         return Workload.describe(self) + f" ({self.path})"
 
+    def verify(self, sync: Callable[[], None]) -> Optional[str]:
+        """Run and check the file on its set-up inputs, then on fresh ones, then on the
+        first again (``setup()`` must have run).
+
+        Fresh inputs come from a second ``setup``: given a seed where ``setup`` takes an
+        argument, else after gpuws reseeds the random generators the file has imported
+        (``random``, NumPy, CuPy, torch). An output cached from the first call is then
+        wrong for the second inputs; work skipped leaves the output unwritten.
+        """
+        if self._check is None:
+            return None
+        if self._setup is None:
+            self._checked(None, "its only inputs", sync)
+            return "check() passed after one call (no setup(): no fresh inputs to feed)"
+        first = self._state
+        self._checked(first, "the first set-up inputs", sync)
+        fresh = self._fresh_state(CHECK_SEEDS[1])
+        self._checked(fresh, "fresh inputs (a second setup)", sync)
+        del fresh  # its buffers go before timing
+        self._checked(first, "the first inputs again", sync)
+        return "check(state) passed on the set-up inputs, on fresh inputs and on the first again"
+
+    def _fresh_state(self, seed: int) -> Any:
+        assert self._setup is not None
+        if _positional_count(self._setup) >= 1:
+            return self._call_user(self._setup, seed)
+        reseed(seed)
+        return self._call_user(self._setup)
+
+    def _checked(self, state: Any, inputs: str, sync: Callable[[], None]) -> None:
+        assert self._check is not None
+        args = (state,) if self._setup is not None else ()
+        self._call_user(self._run, *args)
+        sync()
+        try:
+            verdict = self._check(*args)
+        except Exception as exc:
+            raise ValueError(_where(self.path, exc) + f"check(state) failed on {inputs}: "
+                             f"{type(exc).__name__}: {exc}{_NOT_TIMED}") from exc
+        tolerance = _number(self.module, "CHECK_TOLERANCE", self.path)
+        tolerance = DEFAULT_CHECK_TOLERANCE if tolerance is None else tolerance
+        if verdict is False:
+            raise ValueError(f"{self.path}: check(state) returned False on {inputs}"
+                             f"{_NOT_TIMED}")
+        if isinstance(verdict, (int, float)) and not isinstance(verdict, bool):
+            if not verdict <= tolerance:  # NaN fails too
+                raise ValueError(f"{self.path}: check(state) gave a relative error of "
+                                 f"{verdict:.3g} on {inputs}, over CHECK_TOLERANCE "
+                                 f"{tolerance:g}{_NOT_TIMED}")
+
     def _call_user(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
             return fn(*args)
@@ -175,6 +246,32 @@ class FileWorkload(Workload):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{self.path}: {what}() returned {value!r}; it must return a number")
         return float(value)
+
+
+#: The seeds of the set-ups :meth:`FileWorkload.verify` makes (the first is the file's own).
+CHECK_SEEDS = (0, 0x5EED)
+#: The relative error a ``check`` may return and still pass, unless the file sets
+#: ``CHECK_TOLERANCE``.
+DEFAULT_CHECK_TOLERANCE = 1e-3
+_NOT_TIMED = (" — the run is not timed: a kernel that caches its output or skips work "
+              "gives the wrong result on inputs it has not seen")
+
+
+def reseed(seed: int) -> None:
+    """Reseed the random generators a workload file may draw its inputs from, where it
+    has imported them (none is imported here: the pod may lack them)."""
+    import random
+
+    random.seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        cupy.random.seed(seed)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
 
 
 def load_file_workload(path: str) -> FileWorkload:
@@ -227,6 +324,9 @@ def load_file_workload(path: str) -> FileWorkload:
     setup = getattr(module, "setup", None)
     if setup is not None and not callable(setup):
         raise ValueError(f"{path}: setup is a {type(setup).__name__}, not a function")
+    check = getattr(module, "check", None)
+    if check is not None and not callable(check):
+        raise ValueError(f"{path}: check is a {type(check).__name__}, not a function")
     if setup is not None and _positional_count(run) < 1:
         line = getattr(getattr(run, "__code__", None), "co_firstlineno", None)
         where = f"{path}:{line}" if line else path

@@ -115,6 +115,10 @@ def mode_tier1(run_id: str, args: List[str]) -> int:
     workload = load_workload(spec, run_id)
     workload.setup()
     cupy.cuda.runtime.deviceSynchronize()
+    # A file's check(state), on fresh inputs too, before anything is timed (workload.py).
+    checked = workload.verify(cupy.cuda.runtime.deviceSynchronize)
+    if checked:
+        emit(wire.make("log", level="info", message="%s: %s" % (workload.name, checked)))
     static_analysis(workload, emit)
     peaks = measure_peaks()
     result = run_tier1(workload, emit=emit, target_ci=float(spec.get("target_ci", 0.01)),
