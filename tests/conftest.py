@@ -34,6 +34,13 @@ def _need_sshd() -> None:
         pytest.skip("OpenSSH sshd is not installed (the README's test command installs it)")
 
 
+@pytest.fixture(scope="session")
+def need_sshd() -> None:
+    """For a test that starts its own sshd: skip where it is missing, but fail instead
+    under ``GPUWS_REQUIRE_SSHD`` (CI, ``scripts/test``)."""
+    _need_sshd()
+
+
 def _server(tmp_path_factory: pytest.TempPathFactory, variant: str) -> Iterator[SshServer]:
     _need_sshd()
     server = SshServer(tmp_path_factory.mktemp(f"sshd-{variant}"), variant).start()
