@@ -172,6 +172,9 @@ class AgentClient:
         finally:
             self._pending.pop(msg.req, None)
         if isinstance(ev, protocol.Error):
+            # Checked at the boundary like every other answer (issue 31): its texts are
+            # the pod's, and whoever prints them must get them bounded.
+            ev = check_answer(ev)
             raise AgentError(ev.message, ev.title, ev.remedy, code=ev.code)
         return ev
 

@@ -228,7 +228,7 @@ def read_in_child(path: Path, limits: Limits, kind: str) -> dict[str, Any]:
             raise ChildFailure(f"the report reader crashed ({sig}) on it",
                                "the file is damaged or not a report: pull it again "
                                "(`gpuws pull`), or read it with ncu on the pod")
-        if rc == 3:
+        if rc == 3 or any(_OUT_OF_MEMORY in line or "MemoryError" in line for line in tail):
             raise ChildFailure(f"it needs more than {limits.memory_mib:,} MiB to read",
                                _raise_or_pull("--max-memory"))
         if rc == 4:
@@ -275,6 +275,41 @@ def _sane(obj: dict[str, Any]) -> dict[str, Any]:
             for k, v in obj.items()}
 
 
+#: How the child says, on its last line, that it ran out of its address space whatever
+#: form the failure took (the parent turns it into the ``--max-memory`` line).
+_OUT_OF_MEMORY = "gpuws-report-child: out of memory"
+
+#: What an exception says where a library could not get memory (a shared object that
+#: cannot be mapped reads as an ImportError; ENOMEM as an OSError).
+_NO_MEMORY_WORDS = ("failed to map segment", "Cannot allocate memory", "bad_alloc",
+                    "out of memory")
+
+
+def _near_limit() -> bool:
+    """Whether this process came close to its ``RLIMIT_AS``: its peak address space
+    (``VmPeak``) within an eighth of the limit (at least 16 MiB). Under the limit, what
+    fails to get memory does not always say so: ``ncu_report`` answered an empty report
+    ("holds no profiled kernel"), a ``SystemError``, or an ``ImportError`` (issue 31)."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return False
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            peak_kib = next((int(line.split()[1]) for line in f
+                             if line.startswith("VmPeak:")), None)
+    except (OSError, ValueError):
+        return False
+    return peak_kib is not None and peak_kib * 1024 >= soft - max(soft // 8, 16 << 20)
+
+
+def _out_of_memory(why: str = "") -> bool:
+    """Whether a failure (or an empty answer) was the address-space limit: said by the
+    exception's words, or shown by the peak."""
+    return any(w in why for w in _NO_MEMORY_WORDS) or _near_limit()
+
+
 def _raise_or_pull(flag: str) -> str:
     """The remedy where a bound was reached: the person knows whether the file is honest."""
     return (f"if the file is honest (a long profile), give `gpuws report` a larger {flag}; "
@@ -310,17 +345,28 @@ def _child(path: str, kind: str) -> int:
         else:
             kernels, clocks = read_rep_here(path)
             answer = {"kernels": kernels, "clocks": clocks}
+        if not kernels and _out_of_memory():
+            return _say_out_of_memory()
         sys.stdout.write(json.dumps(answer, ensure_ascii=True, allow_nan=True))
         sys.stdout.flush()
     except MemoryError:
         os._exit(3)
     except ImportError as exc:
+        if _out_of_memory(str(exc)):
+            return _say_out_of_memory()
         sys.stderr.write(f"ncu_report is not installed ({exc})\n")
         return 4
     except Exception as exc:  # the module's own refusal, said in one line to the parent
+        if _out_of_memory(str(exc)):
+            return _say_out_of_memory()
         sys.stderr.write(f"{type(exc).__name__}: {str(exc)[:500]}\n")
         return 1
     return 0
+
+
+def _say_out_of_memory() -> int:
+    sys.stderr.write(_OUT_OF_MEMORY + "\n")
+    return 3
 
 
 if __name__ == "__main__":

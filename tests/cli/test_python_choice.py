@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from gpuws.cli import main
-from sshd import SshServer, find_sshd  # type: ignore[import-not-found]
+from sshd import SshServer  # type: ignore[import-not-found]
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 PRINT_EXE = "cmd:python3 -c 'import sys; print(\"EXE=\" + sys.executable)'"
@@ -123,9 +123,8 @@ def test_doctor_prints_the_choice(login_env: Path, capsys: pytest.CaptureFixture
 
 
 @pytest.fixture(scope="module")
-def shells_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
-    if find_sshd() is None:
-        pytest.skip("OpenSSH sshd is not installed")
+def shells_server(tmp_path_factory: pytest.TempPathFactory,
+                  need_sshd: None) -> Iterator[SshServer]:
     if os.geteuid() != 0:
         pytest.skip("making a pod user needs root (CI runs the suite as root)")
     server = SshServer(tmp_path_factory.mktemp("sshd-python"), "shells").start()

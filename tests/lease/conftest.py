@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from sshd import SshServer, find_sshd  # type: ignore[import-not-found]
+from sshd import SshServer  # type: ignore[import-not-found]
 
 
 @pytest.fixture
-def pod(tmp_path: Path) -> Iterator[SshServer]:
-    if find_sshd() is None:
-        pytest.skip("OpenSSH sshd is not installed")
+def pod(tmp_path: Path, need_sshd: None) -> Iterator[SshServer]:
+    # need_sshd (tests/conftest.py): a missing sshd fails under GPUWS_REQUIRE_SSHD, as in
+    # every other SSH test, instead of skipping silently (issue 31).
     server = SshServer(tmp_path / "pod", "default").start()
     try:
         yield server

@@ -92,6 +92,25 @@ def lease_pids(pyz: Path, cache: Path) -> list[int]:
     return sorted(out)
 
 
+def _reads(pid: int) -> int:
+    """How many read calls ``pid`` has made (``/proc/PID/io``): each look of a lease
+    process reads its settings, so a larger count is a look observed."""
+    with open(f"/proc/{pid}/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("syscr:"))
+
+
+def wait_looks(pid: int, looks: int = 2, timeout: float = 60.0) -> None:
+    """Until ``pid`` has read more, ``looks`` times apart: at least one whole look of the
+    lease process done after this call (the event that proves an absence, in place of a
+    sleep that might be shorter than a look)."""
+    for _ in range(looks):
+        before = _reads(pid)
+        wait_for(lambda before=before: _reads(pid) > before, f"a look of lease {pid}",
+                 timeout)
+        # One look's reads come in a burst; the next count is taken once it is over.
+        wait_for(lambda: _stat(pid)[0] == "S", f"lease {pid} asleep between looks", timeout)
+
+
 def wait_for(cond: Callable[[], object], what: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
@@ -156,22 +175,24 @@ def test_a_second_lease_process_exits_at_once_and_the_first_keeps_running(
     print(f"the second lease process exited {second.returncode} after {took:.2f} s")
     # Without the lock's refusal it would loop for the lease's minute, past the timeout.
     assert second.returncode == 0, second.stderr
-    time.sleep(0.5)  # the first's next looks (every 3 s here; it must not have ended)
+    wait_looks(first)  # the first looked again since (every 3 s here): it did not end
     assert lease_pids(pyz, cache) == [first]
     # Re-arming while it runs (every request renews; a new lease request re-arms) starts
-    # none either.
+    # none either: configure waits for the lock to be held, and one look of the first
+    # later there is still only the first.
     assert lease.configure(120.0, ["true"], False)["armed"]
-    time.sleep(0.3)
+    wait_looks(first)
     assert lease_pids(pyz, cache) == [first]
 
 
 CONFIGURE = textwrap.dedent("""\
-    import json, sys, time
+    import json, os, sys, time
     sys.path.insert(0, sys.argv[1])
     from gpuws.remote_agent import lease, runs
     runs.agent_entry = lambda: sys.argv[1]
-    start = float(sys.argv[2])
-    while time.time() < start:  # both serves ask at the same instant
+    go = sys.argv[2]
+    print("ready", flush=True)  # imported, waiting: the test releases both at once
+    while not os.path.exists(go):
         time.sleep(0.0005)
     print(json.dumps(lease.configure(10.0, ["true"], False)))  # a look every 0.5 s
     """)
@@ -182,12 +203,19 @@ def test_two_configures_at_once_leave_exactly_one_lease_process(
     cache = tmp_path / "pod"
     leases.use(cache)
     for rnd in range(3):
-        start = time.time() + 1.0  # both interpreters started and waiting by then
-        procs = [subprocess.Popen([sys.executable, "-c", CONFIGURE, str(pyz), repr(start)],
+        go = tmp_path / f"go{rnd}"
+        procs = [subprocess.Popen([sys.executable, "-c", CONFIGURE, str(pyz), str(go)],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  stdin=subprocess.DEVNULL,
+                                  stdin=subprocess.DEVNULL, text=True,
                                   env=dict(os.environ, GPUWS_POD_CACHE=str(cache)))
                  for _ in range(2)]
+        # Both interpreters started and waiting, however long that took on a loaded
+        # machine: only then are they let go, together (issue 31: a start a second in the
+        # future let a slow interpreter miss it, and the calls were no longer concurrent).
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline() == "ready\n", \
+                p.communicate(timeout=30)
+        go.touch()
         outs = [p.communicate(timeout=30) for p in procs]
         for p, (out, err) in zip(procs, outs, strict=True):
             assert p.returncode == 0, err
@@ -195,7 +223,7 @@ def test_two_configures_at_once_leave_exactly_one_lease_process(
         # A lease process started by the loser exits at once; one remains, and stays.
         wait_for(lambda: len(lease_pids(pyz, cache)) == 1, "one lease process", 10)
         (pid,) = lease_pids(pyz, cache)
-        time.sleep(0.5)
+        wait_looks(pid)
         assert lease_pids(pyz, cache) == [pid]
         armed = [e for e in lease.read_log(50) if e.get("event") == "armed"]
         print(f"round {rnd + 1}: one lease process ({pid}); 'armed' logged "

@@ -393,7 +393,14 @@ PEER = textwrap.dedent("""\
     import json, socket, sys
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.connect(sys.argv[1])
-    s.send(json.dumps({"argv": [], "cwd": "/", "env": {}}).encode())
+    try:
+        s.send(json.dumps({"argv": [], "cwd": "/", "env": {}}).encode())
+    except (BrokenPipeError, ConnectionResetError):
+        # The server may close a stranger's connection before the request is even sent
+        # (it looks at the peer's uid at accept): also no answer. (A race the suite lost
+        # once, issue 31.)
+        print("closed before the request")
+        sys.exit(0)
     s.settimeout(30)
     try:
         print(repr(s.recv(65536)))
@@ -431,7 +438,8 @@ def test_another_user_is_never_answered_even_where_the_socket_is_reachable(
                 timeout=60, cwd="/", preexec_fn=(lambda: os.setuid(uid)) if uid else None)
             assert res.returncode == 0, res.stderr
             return res.stdout.strip()
-        assert as_user(65534) in ("b''", "reset")  # nobody: closed, not refused in words
+        # nobody: closed, not refused in words (and never answered)
+        assert as_user(65534) in ("b''", "reset", "closed before the request")
         assert "error" in as_user(0)  # the owner is answered (this request is refused)
     finally:
         for parent, mode in modes.items():

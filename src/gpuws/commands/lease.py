@@ -16,6 +16,7 @@ from ..live.engine import Engine
 from ..live.link import Target
 from ..live.uptime import observed, power
 from ..sessions.store import Store
+from ..text.textsafe import visible
 from .common import connect, target_of
 
 
@@ -26,8 +27,8 @@ async def start(args: argparse.Namespace) -> int:
     async with power.recorded(save, args.host, "start"):
         refused = await power.start(target_of(args), argv, wait_s=args.wait,
                                     timeout_s=args.timeout, on_wait=_countdown(args.host))
-    print(f"{args.host} answers" + (f", and refuses this laptop: {refused.one_line()}"
-                                    if refused else ""), file=sys.stderr)
+    _say(f"{args.host} answers" + (f", and refuses this laptop: {refused.one_line()}"
+                                   if refused else ""))
     return 0
 
 
@@ -38,7 +39,7 @@ async def stop(args: argparse.Namespace) -> int:
         await _release_lease(args)
         await power.stop(target_of(args), argv, wait_s=args.wait, timeout_s=args.timeout,
                          on_wait=_countdown(args.host))
-    print(f"{args.host} no longer answers", file=sys.stderr)
+    _say(f"{args.host} no longer answers")
     return 0
 
 
@@ -60,12 +61,12 @@ async def _learn_from_silence(args: argparse.Namespace) -> None:
     with Store() as store:
         said = observed.host_silent(store, args.host)
     if said is not None:
-        print(f"gpuws: {said}", file=sys.stderr)
+        _say(f"gpuws: {said}")
 
 
 def _countdown(host: str) -> power.OnWait:
     def on_wait(what: str, left: float) -> None:
-        print(f"waiting for {host} {what}: {power.clock(left)} left", file=sys.stderr)
+        _say(f"waiting for {host} {what}: {power.clock(left)} left")
     return on_wait
 
 
@@ -83,12 +84,18 @@ async def _release_lease(args: argparse.Namespace) -> None:
         await client.lease(release=True)
         with Store() as store:
             store.clear_pod_lease(args.host)
-        print(f"{args.host}: its lease released", file=sys.stderr)
+        _say(f"{args.host}: its lease released")
     except GpuwsError as exc:
-        print(f"{args.host}: its lease could not be released ({exc.one_line()})",
-              file=sys.stderr)
+        _say(f"{args.host}: its lease could not be released ({exc.one_line()})")
     finally:
         await client.close()
+
+
+def _say(line: str) -> None:
+    """One line on stderr, through the terminal-safe filter: these lines quote the pod
+    (its agent's refusal, an SSH server's words) and the provider's tool, and no escape
+    sequence from either may reach the terminal (issue 31)."""
+    print(visible(line, None), file=sys.stderr)
 
 
 def _argv(host: str, which: str) -> list[str]:
@@ -119,7 +126,7 @@ async def connect_starting(engine: Engine, target: Target, args: argparse.Namesp
                 raise ConnectError(exc.message, title=exc.title,
                                    remedy=f"start it with `gpuws start {args.host}`, or add "
                                           "--start to this command") from exc
-            print(f"gpuws: {exc.message}", file=sys.stderr)
+            _say(f"gpuws: {exc.message}")
             answer = await asyncio.to_thread(
                 input, f"start {args.host} with its `start` command ({argv[0]} …)? [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
@@ -127,5 +134,5 @@ async def connect_starting(engine: Engine, target: Target, args: argparse.Namesp
     # (run's own --timeout is the workload's: the start command gets gpuws start's default)
     async with power.recorded(save, args.host, "start"):
         await power.start(target, argv, on_wait=_countdown(args.host))
-    print(f"{args.host} answers", file=sys.stderr)
+    _say(f"{args.host} answers")
     await engine.connect(target)

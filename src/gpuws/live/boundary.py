@@ -552,7 +552,7 @@ def check_kernel_table(ev: protocol.KernelTable) -> None:
 #: The answers a command may check (constrained, so each keeps its own type).
 AnswerT = TypeVar("AnswerT", protocol.NsysPlan, protocol.NcuPlan, protocol.ProbeResult,
                   protocol.StatResult, protocol.RunList, protocol.WorkspaceStored,
-                  protocol.WorkspaceState, protocol.LeaseStatus)
+                  protocol.WorkspaceState, protocol.LeaseStatus, protocol.Error)
 
 
 def check_answer(ev: AnswerT) -> AnswerT:

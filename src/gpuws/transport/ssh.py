@@ -196,8 +196,10 @@ class _LinkReader:
     exception ("Task exception was never retrieved" on the CLI's stderr).
     """
 
-    def __init__(self, source: asyncssh.SSHReader[bytes]) -> None:
+    def __init__(self, source: asyncssh.SSHReader[bytes],
+                 window: _ConsumedWindow | None = None) -> None:
         self._source = source
+        self._window = window
         #: What ended the stream, when it was not a clean end of file.
         self.error: BaseException | None = None
 
@@ -205,10 +207,71 @@ class _LinkReader:
         if self.error is not None:
             return b""
         try:
-            return await self._source.read(n)
+            data = await self._source.read(n)
         except (asyncssh.Error, OSError) as exc:
             self.error = exc
             return b""
+        if data and self._window is not None:
+            self._window.consumed()
+        return data
+
+
+class _ConsumedWindow:
+    """An exec channel's receive window opened by what the laptop has read, not by what
+    arrived (issue 31: 436 MB after 60 s of ``yes``).
+
+    asyncssh (2.24) sends a window adjust back to the full window each time it hands a
+    piece of data to the stream session, also when the session is paused with a full
+    buffer and only took that piece on a resume: every resume granted the pod another
+    full window while the last one still sat in the channel's buffer, so a pod writing
+    faster than the laptop stores grew that buffer by ~5 MB/s without bound (the flaw
+    Apache MINA sshd fixed in its PR 292). Here the channel's own adjust is switched
+    off, and the window is reopened after each read from the channel by what was read:
+    at most ``window`` bytes are ever received and not yet read.
+
+    Private asyncssh attributes are used; where a version lacks one, asyncssh's own
+    window logic stays (the flood test in tests/transport says whether it is bounded).
+    """
+
+    def __init__(self, proc: asyncssh.SSHClientProcess[bytes]) -> None:
+        self._proc = proc
+        chan: Any = getattr(proc, "_chan", None)
+        self._chan: Any = chan if all(hasattr(chan, a) for a in (
+            "_deliver_data", "_recv_buf", "_recv_window", "_init_recv_window",
+            "send_packet")) and hasattr(proc, "_recv_buf_len") else None
+        if self._chan is None:
+            return
+        deliver = chan._deliver_data
+
+        def deliver_without_adjust(data: bytes, datatype: Any) -> None:
+            # asyncssh adjusts when the window is under half of the initial one: shown a
+            # full one, it leaves that to consumed().
+            window, chan._recv_window = chan._recv_window, chan._init_recv_window
+            try:
+                deliver(data, datatype)
+            finally:
+                chan._recv_window = window
+
+        chan._deliver_data = deliver_without_adjust
+
+    def consumed(self) -> None:
+        """After a read: reopen the window by what is no longer held (in the channel's
+        buffer or the session's), once that is half the window or more."""
+        chan = self._chan
+        if chan is None:
+            return
+        held = sum(len(data) for data, _ in chan._recv_buf) + self._proc._recv_buf_len
+        room = chan._init_recv_window - held - chan._recv_window
+        if room >= chan._init_recv_window // 2:
+            try:
+                chan.send_packet(_MSG_CHANNEL_WINDOW_ADJUST, asyncssh.packet.UInt32(room))
+            except (asyncssh.Error, OSError):
+                return  # the link is going: the next read says so
+            chan._recv_window += room
+
+
+#: SSH's window adjust message number (RFC 4254 section 5.2).
+_MSG_CHANNEL_WINDOW_ADJUST = 93
 
 
 class _LinkWriter:
@@ -248,7 +311,9 @@ class SSHProcess(RemoteProcess):
 
     def __init__(self, proc: asyncssh.SSHClientProcess[bytes], owner: SSHTransport) -> None:
         self._proc = proc
-        self._out, self._err = _LinkReader(proc.stdout), _LinkReader(proc.stderr)
+        window = _ConsumedWindow(proc)
+        self._out = _LinkReader(proc.stdout, window)
+        self._err = _LinkReader(proc.stderr, window)
         self.stdin = _LinkWriter(proc.stdin, owner)
         self.stdout = self._out
         self.stderr = self._err
