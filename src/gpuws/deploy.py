@@ -108,7 +108,11 @@ def _keep_bundle(key: str, bundle: Bundle) -> None:
         folder.mkdir(mode=0o700, exist_ok=True)
         name = f"{key}-{bundle.sha256}.pyz"
         tmp = folder / f".{name}.{os.getpid()}.tmp"
-        tmp.write_bytes(bundle.data)
+        # 0600 like everything else under the data dir (a umask's 0644 let other users
+        # read which agent this person deploys, and the test of the home's modes fails).
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(bundle.data)
         os.replace(tmp, folder / name)
         for old in folder.glob("*.pyz"):
             if old.name != name:
