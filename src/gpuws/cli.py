@@ -193,6 +193,8 @@ def make_parser() -> argparse.ArgumentParser:
                                        "median (where run ids are found)")
     p.add_argument("session", nargs="?", metavar="SESSION",
                    help="only this session's runs (id or unique prefix; default: all)")
+    p.add_argument("--limit", type=_bounded(int, 1, 10**9), metavar="N",
+                   help="only the N newest runs (default: all, streamed session by session)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("history", "history"))
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
+from itertools import groupby
 from typing import Any
 
 import msgspec
-from rich import box
+from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
@@ -20,7 +22,7 @@ from ..errors import StoreError, UsageError
 from ..sessions.compare import compare_runs, comparison_json, refuse_if_empty, render_comparison
 from ..sessions.cost import economics
 from ..sessions.export import export_session
-from ..sessions.runlist import RUN_LISTING_REMEDY, RunSummary, list_runs
+from ..sessions.runlist import RUN_LISTING_REMEDY, RunSummary, iter_runs
 from ..sessions.store import RunRow, SessionRow, Store
 from ..text import humanfmt
 from ..text.textsafe import text as safe
@@ -87,84 +89,137 @@ async def sessions(args: argparse.Namespace) -> int:
 
 
 async def history(args: argparse.Namespace) -> int:
-    """The stored runs (all, or one session's): id, workload, status, Tier-1 median."""
+    """The stored runs (all, or one session's): id, workload, status, Tier-1 median.
+
+    Streamed one session at a time, JSON included: 20,000 runs took 8.4 s before the
+    first line and held 122 MiB of JSON; now the first screenful is out after the first
+    session's runs are read, and memory is one session's runs.
+    """
     with Store() as store:
         session = find_session(store, args.session).id if args.session else None
-        runs = list_runs(store, session)
-    if args.json:
-        print_json([msgspec.to_builtins(r) for r in runs])
-        return 0
-    out = console(markup=False)
-    if not runs:
+        runs = iter_runs(store, session, args.limit)
+        if args.json:
+            print_json_stream(msgspec.to_builtins(r) for r in runs)
+            return 0
+        out = console(markup=False)
+        shown = 0
+        for _, group in groupby(runs, key=lambda r: r.session_id):
+            rows = list(group)
+            out.print(history_block(rows, out.width), no_wrap=True, overflow="ellipsis")
+            # Flushed per session: a pager shows the first screenful at once.
+            out.file.flush()
+            shown += len(rows)
+    if not shown:
         where = f"session {args.session}" if args.session else "the store"
         out.print(Text(f"no runs in {where} yet: `gpuws run HOST -w WORKLOAD` makes one",
                        "yellow"))
         return 0
-    # One table per session (newest first): the session's id, pod and day head it, so a
-    # row has room for the full run id, which is never cut.
-    by_session: dict[str, list[RunSummary]] = {}
-    for r in runs:
-        by_session.setdefault(r.session_id, []).append(r)
-    for session_id, rows in by_session.items():
-        out.print(_history_table(session_id, rows, out.width))
     out.print(Text("run ids (or prefixes) go to compare, baseline, pull and replay SESSION "
                    "--run", "dim"))
     return 0
 
 
+def print_json_stream(items: Iterable[Any]) -> None:
+    """A JSON array written one item at a time, the same text ``print_json`` writes."""
+    import json
+    import textwrap
+
+    write = sys.stdout.write
+    opened = False
+    for item in items:
+        write(",\n" if opened else "[\n")
+        write(textwrap.indent(json.dumps(item, indent=2), "  "))
+        opened = True
+    write("\n]\n" if opened else "[]\n")
+
+
 #: Below this many columns the table drops "started" (the run id holds the start time).
 NARROW = 100
+#: The fewest columns the workload keeps, however narrow the terminal.
+_MIN_WORKLOAD = 8
 
 
-def _history_table(session_id: str, rows: list[RunSummary], width: int) -> Table:
-    """One session's runs, each row at most three lines at any width: the run id whole,
-    the workload, its reason and its code on one line each, cut with an ellipsis (before,
-    a row folded to 13-17 lines at 80 columns)."""
+def history_block(rows: list[RunSummary], width: int) -> Text:
+    """One session's runs as a table: a title line, a header, a rule, then the runs.
+
+    Each row is at most three lines at any width: the run id whole, the workload, its
+    reason and its code on one line each, cut with an ellipsis (before, a row folded to
+    13-17 lines at 80 columns). Laid out here, with widths known from the rows, rather
+    than by a Rich ``Table`` per session: measuring every cell made ``history`` of
+    2,000 runs take 5 s, of 20,000 runs 50 s.
+    """
     first = rows[0]
     narrow = width < NARROW
-    t = Table(title=Text.assemble("session ", (visible(session_id), "bold"),
-                                  f" · {visible(first.host, 200)} · ",
-                                  humanfmt.when(first.started)[:10]),
-              title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
-    t.add_column("run id", no_wrap=True, min_width=max(len(r.run_id) for r in rows))
+    # One list of lines per cell, per column: (header, right-justified, max width, cells).
+    columns: list[tuple[str, bool, int | None, list[list[Text]]]] = [
+        ("run id", False, None, [[safe(r.run_id)] for r in rows])]
     if not narrow:
-        t.add_column("started", no_wrap=True)
-    t.add_column("status", no_wrap=True, max_width=12)
-    t.add_column("Tier-1 median", justify="right", no_wrap=True)
+        columns.append(("started", False, None,
+                        [[Text(humanfmt.when(r.started)[11:])] for r in rows]))
+    columns += [("status", False, 12, [_status(r) for r in rows]),
+                ("Tier-1 median", True, None, [[Text(_median(r))] for r in rows])]
+    workload = [_workload(r) for r in rows]
+    widths = [_natural(header, cells, most) for header, _, most, cells in columns]
     # The one column that gives way: the others keep their width, this one is cut.
-    t.add_column("workload")
-    for r in rows:
-        cells = [safe(r.run_id)]
-        if not narrow:
-            cells.append(Text(humanfmt.when(r.started)[11:]))
-        t.add_row(*cells, _status(r), Text(_median(r)), _workload(r))
-    return t
+    room = width - sum(widths) - 3 * (len(widths) + 1) + 1
+    widths.append(max(_MIN_WORKLOAD, min(_natural("workload", workload, None), room)))
+    columns.append(("workload", False, None, workload))
+    rule = "─" * (sum(widths) + 3 * len(widths) - 1)
+    lines = [Text.assemble("session ", (visible(first.session_id), "bold"),
+                           f" · {visible(first.host, 200)} · ",
+                           humanfmt.when(first.started)[:10]),
+             _line([Text(c[0], "bold") for c in columns], columns, widths), Text(rule)]
+    for i in range(len(rows)):
+        cells = [c[3][i] for c in columns]
+        for k in range(max(len(cell) for cell in cells)):
+            lines.append(_line([cell[k] if k < len(cell) else Text() for cell in cells],
+                               columns, widths))
+    for line in lines:
+        line.truncate(width, overflow="ellipsis")
+    return Text("\n").join(lines)
 
 
-def _workload(r: RunSummary) -> Text:
+def _natural(header: str, cells: list[list[Text]], most: int | None) -> int:
+    """A column's width: its widest line (or header), at most ``most``."""
+    wide = max([cell_len(header), *(line.cell_len for cell in cells for line in cell)])
+    return wide if most is None else min(wide, most)
+
+
+def _line(parts: list[Text], columns: list[tuple[str, bool, int | None, list[list[Text]]]],
+          widths: list[int]) -> Text:
+    line = Text(" ")
+    for j, (part, width) in enumerate(zip(parts, widths, strict=True)):
+        part = part.copy()
+        part.truncate(width, overflow="ellipsis")
+        part.align("right" if columns[j][1] else "left", width)
+        if j:
+            line.append("   ")
+        line.append(part)
+    line.rstrip()
+    return line
+
+
+def _workload(r: RunSummary) -> list[Text]:
     # Text, not str: a workload may hold "[...]", which must never be read as markup, and
     # made visible: "\x1b]0;…" must not retitle the terminal. Each line is cut, not
-    # folded (no_wrap): the newlines are ours, a reason's own are shown as \n.
-    text = safe(r.workload)
+    # folded: the lines are ours, a reason's own newlines are shown as \n.
+    lines = [safe(r.workload)]
     if r.why:
         # "cancelled during tier 1" beside "cancelled" reads as "during tier 1".
         why = r.why.removeprefix(r.status).strip() or r.why
-        text.append(f"\n{visible(why)}", "dim")
+        lines.append(Text(visible(why), "dim"))
     if r.code is not None:
         # Which code gave the number: tree, commit, dirty files.
-        text.append(f"\n{visible(r.code.short(), 300)}", "dim")
-    text.no_wrap = True
-    text.overflow = "ellipsis"
-    return text
+        lines.append(Text(visible(r.code.short(), 300), "dim"))
+    return lines
 
 
-def _status(r: RunSummary) -> Text:
+def _status(r: RunSummary) -> list[Text]:
     colour = {"ok": "green", "running": "cyan", "cancelled": "yellow"}.get(r.status, "red")
-    text = safe(r.status, colour, 40)
+    lines = [safe(r.status, colour, 40)]
     if r.is_baseline:
-        text.append("\nbaseline", "magenta")
-    text.overflow = "ellipsis"
-    return text
+        lines.append(Text("baseline", "magenta"))
+    return lines
 
 
 def _median(r: RunSummary) -> str:
