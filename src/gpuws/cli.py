@@ -7,7 +7,6 @@ Heavy imports (textual, asyncssh) happen inside the subcommands that need them, 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
@@ -186,6 +185,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_lazy("report_cmd", "report"))
 
     p = sub.add_parser("sessions", help="list recorded sessions with what they cost")
+    p.add_argument("--limit", type=_bounded(int, 1, 10**9), metavar="N",
+                   help="only the N newest sessions (default: all)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("history", "sessions"))
 
@@ -282,6 +283,10 @@ def error_line(exc: GpuwsError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
+    # Imported once the arguments are read: asyncio brings ssl along, and `--help` or a
+    # mistyped option needs neither.
+    import asyncio
+
     try:
         return int(asyncio.run(args.func(args)))
     except GpuwsError as exc:

@@ -41,7 +41,7 @@ def _statements(store: Store) -> Iterator[list[str]]:
     seen: list[str] = []
     # The store's connection is private to it; the trace is the one honest way to see
     # what a reader asked of SQLite, and it changes nothing the store does.
-    conn = store._conn  # noqa: SLF001
+    conn = store._conn
     conn.set_trace_callback(seen.append)
     try:
         yield seen
@@ -150,3 +150,16 @@ def test_a_replay_is_not_a_hosts_last_use(store: Store, recorded: ModuleType) ->
     assert pod0.last_used == recorded.T0 + 1000  # the newest session that was not a replay
     assert last_workload(store, "pod0") == "builtin:saxpy"
     assert last_workload(store, "nowhere") is None
+
+
+def test_sessions_limit_gives_the_newest_sessions(
+        store: Store, recorded: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    _fill(store, recorded, sessions=4, runs=1)
+    everyone = [s.id for s in store.sessions()]
+    assert main(["sessions", "--json", "--limit", "2"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in rows] == everyone[:2]
+    assert rows[0]["runs"] == 1 and rows[0]["cost_usd"] == pytest.approx(500 * 2.0 / 3600)
+    assert main(["sessions", "--limit", "1"]) == 0
+    out = capsys.readouterr().out
+    assert everyone[0] in out and everyone[1] not in out

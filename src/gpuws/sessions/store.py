@@ -554,8 +554,12 @@ class Store:
         The listings stream from this: memory stays that of one session whatever the
         store's size, and the first one arrives before the last is read.
         """
-        cur = self._conn.execute(_SESSION_SELECT + " ORDER BY s.started DESC, s.rowid DESC"
-                                 " LIMIT ?", (-1 if limit is None else limit,))
+        # The newest are chosen first, then counted: SQLite counted every session's runs
+        # before it sorted and cut (Home's ten took 9 ms at 20,000 runs, 1 ms at 2,000).
+        chosen = ("(SELECT * FROM sessions ORDER BY started DESC, rowid DESC LIMIT ?) s"
+                  " ORDER BY s.started DESC, s.rowid DESC")
+        cur = self._conn.execute(_SESSION_SELECT.replace("sessions s", chosen),
+                                 (-1 if limit is None else limit,))
         for row in cur:
             yield _session_row(row)
 
