@@ -548,6 +548,17 @@ class Store:
         rows = self._conn.execute(_SESSION_SELECT + " ORDER BY s.started DESC").fetchall()
         return [_session_row(row) for row in rows]
 
+    def session(self, id_or_prefix: str) -> SessionRow:
+        """One session by id or unique id prefix.
+
+        Raises:
+            StoreError: no session (or more than one) matches.
+        """
+        session_id = self._resolve("sessions", "id", "session", id_or_prefix)
+        row = self._conn.execute(_SESSION_SELECT + " WHERE s.id = ?", (session_id,)).fetchone()
+        return _session_row(row)
+
+    # ------------------------------------------------------------------------- ingest
     def newest_sessions(self, limit: int | None = None) -> Iterator[SessionRow]:
         """Sessions newest first, at most ``limit``, decoded one at a time as they are taken.
 
@@ -578,17 +589,6 @@ class Store:
             " WHERE s.k = 1 ORDER BY s.started DESC").fetchall()
         return [_session_row(row) for row in rows]
 
-    def session(self, id_or_prefix: str) -> SessionRow:
-        """One session by id or unique id prefix.
-
-        Raises:
-            StoreError: no session (or more than one) matches.
-        """
-        session_id = self._resolve("sessions", "id", "session", id_or_prefix)
-        row = self._conn.execute(_SESSION_SELECT + " WHERE s.id = ?", (session_id,)).fetchone()
-        return _session_row(row)
-
-    # ------------------------------------------------------------------------- ingest
     def ingest(self, session_id: str, event: Ingestible) -> bool:
         """Store one event (see :meth:`ingest_many`). Returns True if it was new."""
         return self.ingest_many(session_id, (event,)) == 1
