@@ -111,13 +111,14 @@ async def history(args: argparse.Namespace) -> int:
 def print_json_stream(items: Iterable[Any]) -> None:
     """A JSON array written one item at a time, the same text ``print_json`` writes."""
     import json
-    import textwrap
 
     write = sys.stdout.write
     opened = False
     for item in items:
-        write(",\n" if opened else "[\n")
-        write(textwrap.indent(json.dumps(item, indent=2), "  "))
+        write(",\n  " if opened else "[\n  ")
+        # Indented one level more, as inside the array: JSON text holds no raw newline
+        # but the ones indent= put between its lines.
+        write(json.dumps(item, indent=2).replace("\n", "\n  "))
         opened = True
     write("\n]\n" if opened else "[]\n")
 
