@@ -7,7 +7,6 @@ Heavy imports (textual, asyncssh) happen inside the subcommands that need them, 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
@@ -186,6 +185,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_lazy("report_cmd", "report"))
 
     p = sub.add_parser("sessions", help="list recorded sessions with what they cost")
+    p.add_argument("--limit", type=_bounded(int, 1, 10**9), metavar="N",
+                   help="only the N newest sessions (default: all)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("history", "sessions"))
 
@@ -193,6 +194,8 @@ def make_parser() -> argparse.ArgumentParser:
                                        "median (where run ids are found)")
     p.add_argument("session", nargs="?", metavar="SESSION",
                    help="only this session's runs (id or unique prefix; default: all)")
+    p.add_argument("--limit", type=_bounded(int, 1, 10**9), metavar="N",
+                   help="only the N newest runs (default: all, streamed session by session)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("history", "history"))
 
@@ -333,6 +336,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(typo)
         return UsageError.exit_code
     args = parser.parse_args(argv)
+    # Imported once the arguments are read: asyncio brings ssl along, and `--help` or a
+    # mistyped option needs neither.
+    import asyncio
+
     try:
         return int(asyncio.run(args.func(args)))
     except GpuwsError as exc:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuws.cli import main
-from gpuws.mcp import actions
+from gpuws.sessions import agent_actions as actions
 from gpuws.sessions.store import Store
 
 from .test_mcp_compare import IDS, REC

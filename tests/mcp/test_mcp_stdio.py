@@ -100,7 +100,7 @@ async def test_an_agent_runs_reads_and_is_recorded(ssh_config: Path) -> None:
         lines = [json.loads(x) for x in trace.contents[0].text.splitlines()]  # type: ignore[union-attr]
         assert lines[0]["type"] == "run_started" and lines[-1]["type"] == "run_finished"
     with Store() as store:
-        from gpuws.mcp import actions
+        from gpuws.sessions import agent_actions as actions
 
         recorded = actions.actions(store)
     run_call = next(a for a in recorded if a.tool == "run")

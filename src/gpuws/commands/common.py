@@ -9,14 +9,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..client import AgentClient
 from ..errors import UsageError
-from ..live.link import Target
 from ..text.textsafe import visible_lines
-from ..transport import Transport, make_transport
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from ..client import AgentClient
+    from ..live.link import Target
+    from ..transport import Transport
 
 
 def add_connection_args(p: argparse.ArgumentParser) -> None:
@@ -37,6 +38,10 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
 
 def transport_for(args: argparse.Namespace) -> Transport:
     """The transport the connection arguments name (not connected: nothing is sent)."""
+    # The client, the link and the transports (ssl, the deploy bundle) are imported by
+    # the commands that connect: `gpuws --help`, `history`, `sessions` never do.
+    from ..transport import make_transport
+
     return make_transport(args.host, config_file=args.ssh_config, port=args.port,
                           user=args.user, accept_new=args.accept_new,
                           pty=True if getattr(args, "pty", False) else None)
@@ -44,6 +49,8 @@ def transport_for(args: argparse.Namespace) -> Transport:
 
 def target_of(args: argparse.Namespace) -> Target:
     """Where to connect, from the connection arguments every pod command shares."""
+    from ..live.link import Target
+
     return Target(args.host, ssh_config=args.ssh_config, port=args.port, user=args.user,
                   python=args.python, rate=getattr(args, "rate", None),
                   accept_new=args.accept_new, pty=True if getattr(args, "pty", False) else None)
@@ -51,6 +58,8 @@ def target_of(args: argparse.Namespace) -> Target:
 
 async def connect(args: argparse.Namespace, transport: Transport | None = None) -> AgentClient:
     """Connect (``transport``, or the one the arguments name) and start the agent."""
+    from ..client import AgentClient
+
     return await AgentClient.connect(transport or transport_for(args), python=args.python)
 
 

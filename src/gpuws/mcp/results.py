@@ -14,6 +14,7 @@ import msgspec
 
 from .. import __version__, protocol
 from ..errors import GpuwsError, StoreError, UsageError
+from ..sessions.agent_actions import provenance_of
 from ..sessions.compare import (
     change_text,
     compare_runs,
@@ -23,7 +24,6 @@ from ..sessions.compare import (
 )
 from ..sessions.runlist import RUN_LISTING_REMEDY, list_runs
 from ..sessions.store import Store
-from .actions import provenance_of
 
 #: Median SM clocks further apart than this share make two runs incomparable for an
 #: agent (compare's own line is drawn at 1%, one or two NVML steps: a caution for people;

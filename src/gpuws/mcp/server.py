@@ -33,11 +33,12 @@ from ..live.engine import Engine
 from ..live.feed import Batch
 from ..live.link import Target
 from ..live.storeio import StoreHandle
+from ..sessions import agent_actions as actions
 from ..sessions.export import export_session
 from ..sessions.runlist import list_runs
 from ..sessions.store import Store
 from ..text.textsafe import visible
-from . import actions, results
+from . import results
 from .policy import AgentPolicy, AgentRefused, Held
 from .schemas import (
     ActionOut,

@@ -7,6 +7,8 @@ connects.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import msgspec
 
 from .. import protocol
@@ -71,8 +73,39 @@ def list_runs(store: Store, session: str | None = None) -> list[RunSummary]:
     Raises:
         StoreError: ``session`` matches no session, or more than one.
     """
-    sessions = [store.session(session)] if session is not None else store.sessions()
-    return [summarize(store, run, s.host) for s in sessions for run in store.runs(s.id)]
+    return list(iter_runs(store, session))
+
+
+def iter_runs(store: Store, session: str | None = None,
+              limit: int | None = None) -> Iterator[RunSummary]:
+    """The stored runs in :func:`list_runs`' order, read one session at a time.
+
+    Memory is one session's runs whatever the store holds (20,000 runs were 122 MiB of
+    JSON built whole before the first byte went out), and the first session's runs come
+    before the last session is read.
+
+    Args:
+        store: the session store.
+        session: only this session (an id or unique prefix).
+        limit: only the ``limit`` newest runs (still newest session first, each
+            session's runs in the order they ran); None: every run.
+
+    Raises:
+        StoreError: ``session`` matches no session, or more than one (raised before the
+            first run is yielded).
+    """
+    if limit is None:
+        chosen = [store.session(session)] if session is not None else None
+        return (summarize(store, run, s.host)
+                for s in (chosen if chosen is not None else store.newest_sessions())
+                for run in store.runs(s.id))
+    newest = store.newest_runs(limit, session)
+    by_session: dict[str, list[RunRow]] = {}
+    for run in reversed(newest):  # oldest first: each session's runs in the order they ran
+        by_session.setdefault(run.session_id, []).append(run)
+    sessions = sorted((store.session(sid) for sid in by_session),
+                      key=lambda s: s.started, reverse=True)
+    return (summarize(store, run, s.host) for s in sessions for run in by_session[s.id])
 
 
 def summarize(store: Store, run: RunRow, host: str) -> RunSummary:

@@ -15,8 +15,8 @@ from typing import Any
 
 import msgspec
 
-from ..sessions.store import Store
 from ..text.textsafe import visible
+from .store import Store
 
 _TABLE = """CREATE TABLE IF NOT EXISTS agent_actions(
     id INTEGER PRIMARY KEY,
