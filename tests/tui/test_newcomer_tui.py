@@ -306,7 +306,9 @@ async def test_the_dashboard_does_not_move_when_its_data_arrives(size: tuple[int
     async with app.run_test(size=size) as pilot:
         screen = DashboardScreen("h200", probe, "ssh+sftp", history)
         await app.push_screen(screen)
-        await until(pilot, lambda: screen.query_one("#agent-log").region.height > 0)
+        # Laid out (the Agent block, once the last thing to get a height, waits hidden for
+        # the agent's first message now).
+        await until(pilot, lambda: screen.query_one(CostTicker).region.height > 0)
         before = _places(screen)
         for _ in range(3):
             history.add(msgspec.convert({"type": "telemetry", "gpus": h200_samples()},
