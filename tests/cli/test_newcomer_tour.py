@@ -4,24 +4,12 @@ as a person meets it, with no terminal (stdin from /dev/null, output to a pipe).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-
-def gpuws(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuws", *argv], capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL,
-                          env=os.environ.copy())
-
-
-def one_line(res: subprocess.CompletedProcess[str], code: int) -> str:
-    assert res.returncode == code, (res.returncode, res.stdout, res.stderr)
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gpuws: "), res.stderr
-    assert "Traceback" not in res.stderr + res.stdout
-    return lines[0]
+# The real CLI with no terminal, and its one `gpuws: …` line: test_entry_points' own.
+from cli.test_entry_points import gpuws  # type: ignore[import-not-found]
+from cli.test_entry_points import one_clean_line as one_line  # type: ignore[import-not-found]
 
 
 @pytest.mark.parametrize("argv, says", [
