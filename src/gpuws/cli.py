@@ -232,6 +232,14 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_lazy("pull", "pull"))
 
+    p = sub.add_parser("trace", help="write a run's timeline as a Chrome/Perfetto trace file "
+                                     "(from its pulled artifacts)")
+    p.add_argument("run_id", help="a stored run (id or unique prefix; `gpuws history` lists "
+                                  "them)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="file to write (.gz: gzipped; default RUN.trace.json.gz)")
+    p.set_defaults(func=_lazy("trace", "trace"))
+
     p = sub.add_parser("mcp", help="serve gpuws's tools to a coding agent over the Model "
                                    "Context Protocol (stdio), bounded by the options below")
     p.add_argument("-F", dest="ssh_config", metavar="FILE",

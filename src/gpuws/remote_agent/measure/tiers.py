@@ -564,9 +564,18 @@ def torch_table(ctx: "RunContext", out: str, inject: bool, tried: List[str]
                 ) -> Optional[Tuple[List[Dict[str, Any]], Dict[str, Any]]]:
     """What torch.profiler left in ``out``: the kernels and shares, or None (``tried``
     says why); the problems met reading it go to the run's log."""
+    from .timeline_trace import Merger
     from .torch_profile import read_results
 
-    got = read_results(out)
+    merger = Merger()
+    got = read_results(out, merger=merger)
+    try:
+        # The timeline a person opens (gpuws trace): pulled with the run's artifacts.
+        if merger.write(ctx.artifact_dir) is not None:
+            ctx.announce_artifacts()
+    except OSError as exc:
+        ctx.emit(wire.make("log", level="warning",
+                           message="timeline trace not kept: %s" % (exc.strerror or exc)))
     for problem in got["problems"]:
         ctx.emit(wire.make("log", level="warning", message="torch.profiler: %s" % problem))
     if not got["kernels"]:

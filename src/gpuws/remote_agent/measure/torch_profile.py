@@ -16,7 +16,7 @@ import json
 import os
 import pkgutil
 import re
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from ..safefiles import read_regular
 from .tier2_parse import (
@@ -26,6 +26,7 @@ from .tier2_parse import (
     parse_torch_trace,
     rank_kernels,
 )
+from .timeline_trace import Merger
 from .torch_inject import DIR_ENV
 from .trace_analysis import analyse
 
@@ -99,7 +100,8 @@ def ranks_seen(out: str) -> List[int]:
                    if m is not None and m.group(3) is not None})
 
 
-def read_results(out: str, max_bytes: int = MAX_READ_BYTES) -> Dict[str, Any]:
+def read_results(out: str, max_bytes: int = MAX_READ_BYTES,
+                 merger: Optional[Merger] = None) -> Dict[str, Any]:
     """The ranked kernel table and shares from the files the profiled processes left.
 
     Kernel rows come from ``key_averages`` tables (:func:`parse_torch_key_averages`),
@@ -109,6 +111,9 @@ def read_results(out: str, max_bytes: int = MAX_READ_BYTES) -> Dict[str, Any]:
     Returns:
         ``{"kernels": ranked rows (may be empty), "gpu_idle_pct", "memcpy_pct",
         "processes": n, "problems": [why a file was skipped, ...]}``.
+
+    With ``merger``, each trace's GPU events and judged window also go into it (the run's
+    merged timeline trace, :mod:`.timeline_trace`).
     """
     problems: List[str] = []
     table_rows: List[Dict[str, Any]] = []
@@ -156,6 +161,9 @@ def read_results(out: str, max_bytes: int = MAX_READ_BYTES) -> Dict[str, Any]:
                         found["rank"] = int(m.group(3))
                     found["pid"] = int(m.group(2))
                     procs.append(found)
+                if merger is not None:
+                    merger.add(trace, found["rank"] if found["rank"] is not None else (
+                        int(m.group(3)) if m.group(3) is not None else None), found)
         except (Tier2ParseError, ValueError, RecursionError) as exc:
             problems.append("%s: %s" % (name, ("%s" % exc)[:200]))
     if procs:
