@@ -290,6 +290,7 @@ def _near_limit() -> bool:
     (``VmPeak``) within an eighth of the limit (at least 16 MiB). Under the limit, what
     fails to get memory does not always say so: ``ncu_report`` answered an empty report
     ("holds no profiled kernel"), a ``SystemError``, or an ``ImportError`` (issue 31)."""
+    import errno
     import resource
 
     soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -299,7 +300,11 @@ def _near_limit() -> bool:
         with open("/proc/self/status", encoding="ascii", errors="replace") as f:
             peak_kib = next((int(line.split()[1]) for line in f
                              if line.startswith("VmPeak:")), None)
-    except (OSError, ValueError):
+    except MemoryError:
+        return True  # too close to the limit to read a small file: that is the answer
+    except OSError as exc:
+        return exc.errno == errno.ENOMEM
+    except ValueError:
         return False
     return peak_kib is not None and peak_kib * 1024 >= soft - max(soft // 8, 16 << 20)
 

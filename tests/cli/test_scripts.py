@@ -75,7 +75,7 @@ def test_scripts_run_keeps_the_callers_folder(tmp_path: Path) -> None:
     (newcomer tour, finding 16): the venv work happens in the checkout, gpuws runs where
     the person stands."""
     root = _checkout(tmp_path / "checkout")
-    _stamp(root, "report")
+    _stamp(root, "dev")  # the test extras cover every extra scripts/run installs
     gpuws = root / ".venv" / "bin" / "gpuws"
     gpuws.write_text('#!/bin/sh\npwd\necho "$@"\n')  # stands in for the installed entry point
     gpuws.chmod(0o755)

@@ -43,7 +43,11 @@ import json, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
 from gpuws.cli import main
 rc = main(sys.argv[1:])
-print(json.dumps({{"rc": rc, "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}}))
+# VmHWM, not getrusage's ru_maxrss: Linux carries the forking parent's peak across exec
+# into ru_maxrss, so under a long pytest session it read the test runner's 200+ MiB.
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status")
+           if line.startswith("VmHWM:"))
+print(json.dumps({{"rc": rc, "maxrss_kib": hwm}}))
 """
 
 
