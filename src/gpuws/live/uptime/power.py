@@ -42,7 +42,8 @@ Save = Callable[[str, str, float, float, bool, str], Awaitable[None]]
 class PowerError(GpuwsError):
     """A start or stop command that failed, timed out, or did not have its effect."""
 
-    title = "gpuws lease"
+    # Not "gpuws lease": the line is already printed behind "gpuws: ".
+    title = "Lease"
 
 
 @asynccontextmanager
