@@ -3,10 +3,58 @@ each through the real ``gpuws`` command."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from cli.test_cli_headless import _stored_runs  # type: ignore[import-not-found]
+from cli.test_entry_points import gpuws  # type: ignore[import-not-found]
+from cli.test_entry_points import one_clean_line as one_line  # type: ignore[import-not-found]
 from gpuws.cli import main
+
+NCU_CSV = Path(__file__).parents[1] / "fixtures" / "ncu-2025.3.1-h200" / "gemm_raw.csv"
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"]])
+def test_report_into_a_reader_that_left_is_quiet(extra: list[str]) -> None:
+    """Finding 27: `gpuws report FILE | head -5` once printed a BrokenPipeError traceback.
+
+    The pipe's read end is closed before gpuws starts, so its first write meets EPIPE
+    every time (the review saw it once in 29 tries, when `head` won the race). The table
+    (Rich) was already quiet; --json, which writes bytes itself, was not.
+    """
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        res = subprocess.run([sys.executable, "-m", "gpuws", "report", str(NCU_CSV), *extra],
+                             stdout=write_end, stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.DEVNULL, timeout=120, env=os.environ.copy())
+    finally:
+        os.close(write_end)
+    assert res.stderr == "", res.stderr  # no traceback, no "Exception ignored" at exit
+    assert res.returncode == 1
+
+
+def test_watch_help_states_its_own_default_tiers() -> None:
+    """Finding 4: watch runs Tier 1 unless told; its help said run's 1,2,3."""
+    res = gpuws("watch", "--help")
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())  # argparse wraps the help
+    assert "comma-separated tiers (default 1)" in text
+    assert "default 1,2,3" not in text
+
+
+@pytest.mark.parametrize("flag", [["--detach"], ["--fail-if-slower", "5"], ["--json"]])
+def test_watch_refuses_run_only_options(tmp_path: Path, flag: list[str]) -> None:
+    """Finding 4: `watch --detach` was accepted and ignored (the watch ran in the
+    foreground). Refused before anything connects: the host does not exist."""
+    res = gpuws("watch", "no-such-host-xyz", "-w", "cmd:true", "-W", str(tmp_path), *flag)
+    line = one_line(res, 2)
+    assert f"{flag[0]} is a `gpuws run` option" in line and "drop " + flag[0] in line
+    assert res.stdout == ""
 
 
 def test_nothing_to_compare_is_said_once(capsys: pytest.CaptureFixture[str]) -> None:
