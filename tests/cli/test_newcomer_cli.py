@@ -64,3 +64,32 @@ def test_nothing_to_compare_is_said_once(capsys: pytest.CaptureFixture[str]) -> 
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"gpuws: nothing to compare between {ids['t3only']} and "), line
     assert line.lower().count("nothing to compare") == 1, line
+
+
+@pytest.mark.parametrize(("text", "expected", "remedy"), [
+    # A typo for [hosts.pod]: the top level's keys, not a host table's.
+    ("[host.pod]\nrate_usd_per_hour = 1\n",
+     "the top level: unknown key 'host' — known keys at the top level: [defaults], "
+     "[hosts.NAME] and [pull]", None),
+    ("[pull]\nstal_s = 5\n", "pull: unknown key 'stal_s' — known keys in [pull]: "
+     "max_artifact_bytes, max_artifacts, max_run_bytes, stall_s", None),
+    ("[hosts.pod]\nbudget_action = \"stopp\"\n",
+     "hosts.pod.budget_action: 'stopp' is not one of \"warn\", \"stop\" — give one of "
+     "\"warn\", \"stop\"", None),
+    ("[hosts.pod]\nidle_stop_minutes = \"30\"\n",
+     "hosts.pod.idle_stop_minutes: expected a number, got \"30\"", ""),
+    ("[defaults]\nstop_running = 1\n", "defaults.stop_running: expected true or false, "
+     "got 1", ""),
+])
+def test_config_errors_speak_gpuws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   text: str, expected: str, remedy: str | None) -> None:
+    """Finding 25: the key list only for an unknown key, and the list of its level;
+    msgspec's `Expected float | null, got str - at …` in gpuws's words."""
+    config = tmp_path / "config.toml"
+    config.write_text(text)
+    monkeypatch.setenv("GPUWS_CONFIG", str(config))
+    line = one_line(gpuws("run", "no-such-host-xyz", "-w", "builtin:saxpy"), 2)
+    assert line.startswith(f"gpuws: Configuration error: {config}: {expected}"), line
+    assert "Expected" not in line and " - at " not in line
+    if remedy is not None:  # a wrong value: nothing after it, the key list least of all
+        assert line == f"gpuws: Configuration error: {config}: {expected}", line
