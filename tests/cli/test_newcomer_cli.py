@@ -93,3 +93,53 @@ def test_config_errors_speak_gpuws(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert "Expected" not in line and " - at " not in line
     if remedy is not None:  # a wrong value: nothing after it, the key list least of all
         assert line == f"gpuws: Configuration error: {config}: {expected}", line
+
+
+def test_start_names_its_whole_command(tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding 26: `within 4 s of `sh` starting it` named argv[0] only. Port 1 on
+    127.0.0.1 does not answer, so the start "succeeds" and the wait runs out."""
+    config = tmp_path / "config.toml"
+    config.write_text('[hosts."127.0.0.1"]\nstart = ["sh", "-c", "exit 0 # my pod"]\n')
+    monkeypatch.setenv("GPUWS_CONFIG", str(config))
+    res = gpuws("start", "x@127.0.0.1:1", "--wait", "1")
+    assert res.returncode == 1, res.stderr
+    line = res.stderr.strip().splitlines()[-1]  # after the countdown's line
+    assert line.startswith("gpuws: Lease: ") and "Traceback" not in res.stderr
+    assert "within 1 s of `sh -c 'exit 0 # my pod'` starting it" in line, line
+
+
+def test_python_help_says_the_search() -> None:
+    """Finding 26: `--python` help said `default python3`; the README says the default is
+    a search of the pod's pythons that --python turns off."""
+    res = gpuws("run", "--help")
+    text = " ".join(res.stdout.split())
+    assert "default python3" not in text
+    assert "searches the pod's pythons" in text and "turns the search off" in text
+
+
+def test_export_of_a_fleet_id_points_at_fleet(capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding 26: `gpuws export FLEET_ID` said `no session matches` and no more."""
+    from gpuws import protocol
+    from gpuws.sessions.store import Store
+
+    with Store() as store:
+        fid = store.open_fleet(protocol.RunSpec(workload="cmd:true"), ["a", "b"])
+    assert main(["export", fid[:12]]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(f"— {fid} is a fleet: `gpuws export --fleet {fid}` exports it"), line
+    assert main(["export", "--fleet", fid]) == 0  # the hint, pasted, works
+
+
+@pytest.mark.skipif(any((Path(d) / "ncu").exists() for d in os.get_exec_path()),
+                    reason="needs a machine without Nsight Compute (this one has ncu)")
+def test_ncu_without_any_install_prints_no_empty_table() -> None:
+    """Finding 26: `gpuws ncu local` with no ncu printed the table's header and no row
+    above "none fits". Real agent on this machine, which has no Nsight Compute."""
+    res = gpuws("ncu", "local")
+    assert res.returncode == 11, (res.stdout, res.stderr)
+    assert "no Nsight Compute install found on the pod" in res.stdout
+    assert "Nsight Compute installs" not in res.stdout  # the table's title
+    assert not any(line.split() == ["version", "path", "fits", "why"]
+                   for line in res.stdout.splitlines())
+    assert "none fits" in res.stdout

@@ -643,7 +643,10 @@ async def ncu(args: argparse.Namespace) -> int:
     for c in plan.choices:
         t.add_row(safe(c.version or "?"), safe(c.path),
                   Text("yes", "green") if c.compatible else Text("no", "red"), safe(c.reason))
-    out.print(t)
+    if plan.choices:
+        out.print(t)
+    else:  # an empty table (its header and no row) reads like a failure to list
+        out.print(Text("no Nsight Compute install found on the pod", "dim"))
     if plan.selected:
         out.print(Text.assemble(("selected", "green bold"), " ", safe(
             f"{plan.selected} ({plan.selected_version}): {plan.reason}")))
