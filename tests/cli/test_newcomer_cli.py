@@ -143,3 +143,20 @@ def test_ncu_without_any_install_prints_no_empty_table() -> None:
     assert not any(line.split() == ["version", "path", "fits", "why"]
                    for line in res.stdout.splitlines())
     assert "none fits" in res.stdout
+
+
+def test_detach_hint_is_a_command_that_works_pasted(
+        ssh_config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding 3: `follow it with `gpuws attach pod ID`` dropped the -F the pod was reached
+    with, so the pasted hint could not resolve the host. Real sshd, real agent."""
+    import shlex
+
+    assert main(["run", "pod", "-F", str(ssh_config), "-w", "cmd:echo pasted-ok",
+                 "--detach"]) == 0
+    captured = capsys.readouterr()
+    run_id = captured.out.strip().splitlines()[-1]
+    hint = f"gpuws attach -F {shlex.quote(str(ssh_config))} pod {run_id}"
+    assert f"follow it with `{hint}`" in " ".join(captured.err.split()), captured.err
+    words = shlex.split(hint)
+    assert words[0] == "gpuws" and main(words[1:]) == 0  # pasted, it follows the run
+    assert "pasted-ok" in capsys.readouterr().out
