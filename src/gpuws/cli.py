@@ -156,6 +156,10 @@ def make_parser() -> argparse.ArgumentParser:
                         "for each run (by default the pod forks the child from a parent "
                         "that imported CuPy/torch/Triton once, and is probed once)")
     p.set_defaults(func=_lazy("watch", "watch"), tiers="1")
+    # add_run_args wrote run's default (1,2,3) into --tiers' help; watch's is Tier 1.
+    for action in p._actions:
+        if action.dest == "tiers":
+            action.default, action.help = "1", "comma-separated tiers (default 1)"
 
     p = sub.add_parser("sync", help="bring a project directory to the pod (only changed files "
                                     "travel); `run -W DIR` does it before a run")
@@ -349,7 +353,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     import asyncio
 
     try:
-        return int(asyncio.run(args.func(args)))
+        code = int(asyncio.run(args.func(args)))
+        sys.stdout.flush()  # here, where a reader that left is caught, not at exit
+        return code
+    except BrokenPipeError:
+        # The reader left (`gpuws report FILE | head -5`): exit quietly like other Unix
+        # tools. Python's docs (signal, "Note on SIGPIPE"): point stdout at devnull so the
+        # flush at exit does not raise again.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except GpuwsError as exc:
         sys.stderr.write(error_line(exc))
         return exc.exit_code

@@ -205,24 +205,104 @@ def load_config(path: Path | None = None) -> Config:
     try:
         return msgspec.convert(data, Config)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"{target}: {_where(data, exc)}",
-                          remedy=f"known keys: {', '.join(HostConfig.__struct_fields__)}, "
-                                 "under [defaults] or [hosts.NAME]; "
-                                 "max_artifact_bytes, max_artifacts, max_run_bytes and "
-                                 "stall_s under [pull]") from exc
+        message, remedy = _where(data, exc)
+        raise ConfigError(f"{target}: {message}", remedy=remedy) from exc
 
 
-def _where(data: dict[str, Any], exc: msgspec.ValidationError) -> str:
-    """The validation error, naming the host table it is in (msgspec says ``hosts[...]``)."""
+#: The keys each level of the file takes, for the remedy of an unknown key there.
+_TOP_KEYS = "[defaults], [hosts.NAME] and [pull]"
+#: msgspec's type names, in the words a person reads in a TOML file.
+_TYPE_WORDS = {"float": "a number", "int": "a whole number", "str": "a string",
+               "bool": "true or false", "array": "a list", "object": "a table"}
+
+
+def _where(data: dict[str, Any], exc: msgspec.ValidationError) -> tuple[str, str]:
+    """The validation error as gpuws says it, and its remedy.
+
+    msgspec says ``Expected `float | null`, got `str` - at `$.hosts[...]```; a person
+    wrote ``idle_stop_minutes = "30"`` under ``[hosts.pod]`` and wants to read
+    ``hosts.pod.idle_stop_minutes: expected a number, got "30"``. The key list is the
+    remedy only for an unknown key, and it is the list of the level the key was found at.
+    """
+    text, level, root = str(exc), "", data
     hosts = data.get("hosts")
     if isinstance(hosts, dict):
-        for name, table in hosts.items():
+        for name, entry in hosts.items():
             try:
-                msgspec.convert(table, HostConfig)
+                msgspec.convert(entry, HostConfig)
             except msgspec.ValidationError as host_exc:
                 key = name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'"{name}"'
-                return str(host_exc).replace("`$", f"`hosts.{key}")
-    return str(exc)
+                text, level, root = str(host_exc), f"hosts.{key}", entry
+                break
+    found = re.fullmatch(r"(?s)(.*?)(?: - at `\$(.*)`)?", text)
+    assert found is not None  # the pattern matches any text
+    reason, sub = found.group(1), (found.group(2) or "").lstrip(".")
+    path = ".".join(p for p in (level, sub) if p)
+    unknown = re.fullmatch(r"Object contains unknown field `(.*)`", reason)
+    if unknown:
+        if not path:
+            keys = _TOP_KEYS
+        elif path == "pull":
+            keys = ", ".join(PullConfig.__struct_fields__)
+        else:
+            keys = ", ".join(HostConfig.__struct_fields__)
+        return (f"{path or 'the top level'}: unknown key {unknown.group(1)!r}",
+                f"known keys {f'in [{path}]' if path else 'at the top level'}: {keys}")
+    value = _lookup(root, sub)
+    enum = re.fullmatch(r"Invalid enum value (.*)", reason)
+    field = re.sub(r"\[\d+\]$", "", sub.split(".")[-1]) if sub else ""
+    if enum and field in HostConfig.__struct_fields__:
+        values = ", ".join(f'"{v}"' for v in _literal_values(field))
+        return f"{path}: {enum.group(1)} is not one of {values}", f"give one of {values}"
+    expected = re.fullmatch(r"(?s)Expected `(.*?)`(.*?)(?:, got `(.*)`)?", reason)
+    if expected:
+        kind, bound, got_type = expected.groups()
+        words = " or ".join(_TYPE_WORDS.get(t, t) for t in kind.split(" | ") if t != "null")
+        got = (_toml_value(value) if value is not _MISSING
+               else _TYPE_WORDS.get(got_type or "", got_type or "something else"))
+        return f"{path}: expected {words}{bound}, got {got}", ""
+    return (f"{path}: {reason}" if path else reason), ""
+
+
+_MISSING = object()
+
+
+def _lookup(root: Any, sub: str) -> Any:
+    """The value at msgspec's path (``start[1]``, ``pull.stall_s``) under ``root``."""
+    value = root
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", sub):
+        if part.startswith("[") and isinstance(value, list) and int(part[1:-1]) < len(value):
+            value = value[int(part[1:-1])]
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
+            return _MISSING
+    return value
+
+
+def _literal_values(field: str) -> list[str]:
+    """The values a ``Literal`` field of :class:`HostConfig` takes (``budget_action``)."""
+    import typing
+
+    hint = typing.get_type_hints(HostConfig)[field]
+    out: list[str] = []
+    for arm in typing.get_args(hint) or (hint,):
+        out.extend(str(v) for v in typing.get_args(arm))
+    return out
+
+
+def _toml_value(value: Any) -> str:
+    """A value as it was written in the file (``"30"``, ``true``), cut to stay one line."""
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value[:60] + ("…" if len(value) > 60 else ""), ensure_ascii=False)
+    if isinstance(value, (int, float)):
+        return str(value)
+    kind = "object" if isinstance(value, dict) else "array" if isinstance(value, list) else ""
+    return _TYPE_WORDS.get(kind, type(value).__name__)  # a TOML date: "datetime"
 
 
 def host_config(config: Config, host_alias: str | None, *,

@@ -29,6 +29,10 @@ class GpuwsError(Exception):
     def one_line(self) -> str:
         """The error as the single line a headless command prints."""
         tail = f" — {self.remedy}" if self.remedy else ""
+        # A message that already opens with its title ("nothing to compare between …")
+        # would stutter behind it: said once.
+        if self.message.lower().startswith(self.title.lower()):
+            return f"{self.message}{tail}"
         return f"{self.title}: {self.message}{tail}"
 
 

@@ -252,7 +252,7 @@ def test_compare_refuses_what_it_cannot_compare(capsys: pytest.CaptureFixture[st
         captured = capsys.readouterr()
         (line,) = captured.err.strip().splitlines()
         assert captured.out == ""
-        assert line.startswith("gpuws: Nothing to compare: ")
+        assert line.startswith(f"gpuws: nothing to compare between {ids['t3only']} and ")
         assert f"no Tier-1 samples in run {ids['t3only']}" in line
         assert "the kernels Tier 3 profiled differ" in line
     assert main(["compare", ids["ok"], ids["ok"][:17]]) == UsageError.exit_code

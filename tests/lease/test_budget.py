@@ -52,7 +52,7 @@ def test_a_budget_stop_that_does_not_stop_is_said_and_not_exported_as_stopped(
     assert main(["export", session.id]) == 0
     md = capsys.readouterr().out
     assert "Stopped:" not in md and "gpuws's stop" not in md
-    assert "did not stop the pod (gpuws lease: the stop did not stop: pod still answers " \
+    assert "did not stop the pod (Lease: the stop did not stop: pod still answers " \
            "SSH 2 s after" in md and "): it may still bill." in md
 
 

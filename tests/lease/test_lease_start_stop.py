@@ -69,7 +69,7 @@ def test_a_stop_that_did_not_stop_is_said(
     capsys.readouterr()
     assert main(["stop", "pod", "-F", ssh, "--wait", "2"]) == 1
     err = capsys.readouterr().err
-    assert "gpuws: gpuws lease: the stop did not stop: pod still answers SSH" in err
+    assert "gpuws: Lease: the stop did not stop: pod still answers SSH" in err
     assert "waiting for pod to stop answering" in err  # the countdown was visible
     assert pod.daemon_pid() is not None
     with Store() as store:

@@ -131,7 +131,7 @@ async def test_a_failing_start_command_is_shown_with_retry_and_back(
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: _failed(app))
         await pilot.press("s")
-        await until(pilot, lambda: _failed(app) and "gpuws lease" in _text(app, "#failure-text"))
+        await until(pilot, lambda: _failed(app) and "Lease" in _text(app, "#failure-text"))
         failure = _text(app, "#failure-text")
         assert ("start command for pod failed (exit 3): Error: pod abc not found"
                 in failure), failure

@@ -29,7 +29,10 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accept-new", action="store_true",
                    help="record an unknown host key (like StrictHostKeyChecking=accept-new); "
                         "a changed key is still refused")
-    p.add_argument("--python", default="python3", help="the pod's python (default python3)")
+    p.add_argument("--python", default="python3",
+                   help="the pod's python; by default gpuws searches the pod's "
+                        "pythons (conda, venv, pyenv, PATH) for the one with CuPy/torch "
+                        "(`gpuws doctor` says which), and naming one turns the search off")
     p.add_argument("--pty", action="store_true",
                    help="reach the pod through an interactive terminal only (a proxy that "
                         "refuses exec and SFTP, like RunPod's basic SSH); detected by itself "

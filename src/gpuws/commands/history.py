@@ -46,9 +46,18 @@ def find_session(store: Store, session_id: str) -> SessionRow:
     try:
         return store.session(session_id)
     except StoreError as exc:
-        raise UsageError(exc.message, remedy="`gpuws sessions` lists the sessions and their "
-                                             "ids; give an id or a unique prefix of one") \
-            from None
+        remedy = "`gpuws sessions` lists the sessions and their ids; give an id or a " \
+                 "unique prefix of one"
+        try:  # a fleet's id given where a session's goes (`gpuws export FLEET_ID`)
+            fleet = store.fleet(session_id)
+        except StoreError:
+            pass
+        else:
+            import shlex
+
+            remedy = (f"{fleet.id} is a fleet: `gpuws export --fleet {shlex.quote(fleet.id)}`"
+                      " exports it")
+        raise UsageError(exc.message, remedy=remedy) from None
 
 
 async def sessions(args: argparse.Namespace) -> int:

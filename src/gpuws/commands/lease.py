@@ -128,7 +128,8 @@ async def connect_starting(engine: Engine, target: Target, args: argparse.Namesp
                                           "--start to this command") from exc
             _say(f"gpuws: {exc.message}")
             answer = await asyncio.to_thread(
-                input, f"start {args.host} with its `start` command ({argv[0]} …)? [y/N] ")
+                input, f"start {args.host} with its `start` command "
+                       f"({visible(power.shown(argv), 200)})? [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
                 raise
     # (run's own --timeout is the workload's: the start command gets gpuws start's default)

@@ -459,14 +459,15 @@ async def _follow(args: argparse.Namespace, engine: Engine, run_id: str) -> int:
         if engine.finished(run_id) is not None:
             # Ctrl+C just after the run ended (its pull begun): nothing goes on to attach to.
             raise
-        console(stderr=True).print(Text(f"detached; the run goes on: gpuws attach "
-                                        f"{visible(args.host)} {run_id}"))
+        # The whole command, -F/-p/-l included: pasted, it must reach the same pod.
+        console(stderr=True).print(Text("detached; the run goes on: " + visible(
+            target_of(args).command("attach", run_id))))
         return 130
     except ConnectError as exc:
         last = await engine.store.call(lambda s: s.last_seq(run_id))
         raise ConnectError(exc.message, title=exc.title,
-                           remedy=f"gpuws attach {visible(args.host)} {run_id} (resumes after "
-                                  f"event {last})") from exc
+                           remedy=f"{visible(target_of(args).command('attach', run_id))} "
+                                  f"(resumes after event {last})") from exc
     return await finish_run(args, engine, run_id, fin)
 
 
@@ -507,9 +508,9 @@ async def run(args: argparse.Namespace) -> int:
         if args.detach:
             await asyncio.sleep(0.2)
             await engine.drained()
+            attach = target_of(args).command("attach", info.run_id)
             console(stderr=True).print(Text(f"started {info.run_id}; follow it with "
-                                            f"`gpuws attach {visible(args.host)} "
-                                            f"{info.run_id}`"))
+                                            f"`{visible(attach)}`"))
             # The id is the last line on stdout (scripts read it): nothing printed after.
             printer.muted = True
             if not args.json:
@@ -643,7 +644,10 @@ async def ncu(args: argparse.Namespace) -> int:
     for c in plan.choices:
         t.add_row(safe(c.version or "?"), safe(c.path),
                   Text("yes", "green") if c.compatible else Text("no", "red"), safe(c.reason))
-    out.print(t)
+    if plan.choices:
+        out.print(t)
+    else:  # an empty table (its header and no row) reads like a failure to list
+        out.print(Text("no Nsight Compute install found on the pod", "dim"))
     if plan.selected:
         out.print(Text.assemble(("selected", "green bold"), " ", safe(
             f"{plan.selected} ({plan.selected_version}): {plan.reason}")))

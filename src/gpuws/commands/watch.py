@@ -94,7 +94,17 @@ def summary(iterations: list[Iteration]) -> Table:
     return t
 
 
+#: run's options that mean nothing to a watch (it stays in the foreground, prints its own
+#: lines and has no single result to fail on): refused, not silently ignored.
+_RUN_ONLY = (("detach", "--detach"), ("fail_if_slower", "--fail-if-slower"),
+             ("json", "--json"))
+
+
 async def watch(args: argparse.Namespace) -> int:
+    for dest, flag in _RUN_ONLY:
+        if getattr(args, dest, None) not in (None, False):
+            raise UsageError(f"{flag} is a `gpuws run` option; watch does not take it",
+                             remedy=f"drop {flag}, or use `gpuws run` for one run")
     roots = watched_paths(args)
     if args.baseline is None:
         baseline_samples: list[float] | None = None

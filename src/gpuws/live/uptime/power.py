@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -42,7 +43,15 @@ Save = Callable[[str, str, float, float, bool, str], Awaitable[None]]
 class PowerError(GpuwsError):
     """A start or stop command that failed, timed out, or did not have its effect."""
 
-    title = "gpuws lease"
+    # Not "gpuws lease": the line is already printed behind "gpuws: ".
+    title = "Lease"
+
+
+def shown(argv: Sequence[str]) -> str:
+    """The whole command as a shell would take it (``sh -c 'runpodctl start …'``), not
+    its argv[0] alone (``sh`` says nothing of which pod); cut to stay one line."""
+    text = shlex.join(argv)
+    return text if len(text) <= 200 else text[:199] + "…"
 
 
 @asynccontextmanager
@@ -129,7 +138,7 @@ async def run_command(argv: Sequence[str], which: str, host: str, *,
         except TimeoutError:
             await asyncio.shield(_end_group(transport, tool))
             raise PowerError(f"{which} command for {host} ran past {timeout_s:g} s: "
-                             f"{argv[0]}",
+                             f"{shown(argv)}",
                              remedy="check the provider's tool by hand, or raise --timeout"
                              ) from None
         try:  # its last words, unless a child it left holds the pipe
@@ -217,7 +226,7 @@ async def start(target: Target, argv: Sequence[str], *, wait_s: float = WAIT_S,
         return exc
     if not answered:
         raise PowerError(f"{target.host} did not answer SSH within {wait_s:g} s of "
-                         f"`{argv[0]}` starting it",
+                         f"`{shown(argv)}` starting it",
                          remedy=f"check the pod in the provider's console, or wait longer "
                                 f"with `gpuws start {target.host} --wait SECONDS`")
     return None
@@ -229,7 +238,7 @@ async def stop(target: Target, argv: Sequence[str], *, wait_s: float = WAIT_S,
     await run_command(argv, "stop", target.host, timeout_s=timeout_s)
     if not await wait_for(target, answering=False, wait_s=wait_s, on_wait=on_wait):
         raise PowerError(f"the stop did not stop: {target.host} still answers SSH "
-                         f"{wait_s:g} s after `{argv[0]}`",
+                         f"{wait_s:g} s after `{shown(argv)}`",
                          remedy="it may still bill: stop it in the provider's console, "
                                 "and check the host's `stop` in the config")
 
