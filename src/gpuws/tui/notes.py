@@ -38,3 +38,31 @@ def why_missing(model: RunModel, tier: int, what: str) -> str | None:
     if state.status != "running":
         return f"no {what}: Tier {tier} ended ({state.status}) without any"
     return None
+
+
+def why_no_verdict(model: RunModel) -> str | None:
+    """Why a finished run has no verdict (Tiers 2 and 3 give it); None while it may come.
+
+    ``no verdict: Tiers 2 and 3 were skipped`` rather than "no verdict yet" for a run
+    that is over.
+    """
+    finished = model.finished
+    if finished is None:
+        return None
+    words = []
+    for tier in (2, 3):
+        state = model.tiers.get(tier)
+        if model.spec is not None and tier not in model.spec.tiers:
+            words.append("not asked for")
+        elif state is None:
+            words.append(f"not run (the run {finished.status} before it)")
+        else:
+            words.append(state.status if state.status in _NOTHING else "")
+    if "" in words:
+        # A tier ran and gave nothing a verdict could be drawn from.
+        return "no verdict: Tiers 2 and 3 gave nothing to judge"
+    if all(w.startswith("not run") for w in words):
+        return f"no verdict: the run {finished.status} before Tiers 2 and 3"
+    if words[0] == words[1]:
+        return f"no verdict: Tiers 2 and 3 were {words[0]}"
+    return f"no verdict: Tier 2 {words[0]}, Tier 3 {words[1]}"

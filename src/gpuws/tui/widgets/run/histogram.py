@@ -30,19 +30,23 @@ class Histogram(Widget):
         super().__init__(id=id)
         self._sorted: list[float] = []
         self._marks: tuple[float, float, float] | None = None
+        self._empty = "no samples yet"
 
     def show(self, sorted_samples: list[float],
-             marks: tuple[float, float, float] | None) -> None:
-        """Redraw for these samples (ascending); ``marks`` is (CI low, median, CI high)."""
+             marks: tuple[float, float, float] | None,
+             empty: str = "no samples yet") -> None:
+        """Redraw for these samples (ascending); ``marks`` is (CI low, median, CI high);
+        ``empty`` is what an empty histogram says (no "yet" once none will come)."""
         self._sorted = sorted_samples
         self._marks = marks
+        self._empty = empty
         self.refresh()
 
     def render(self) -> RenderableType:
         values = _physical(self._sorted)
         width, height = self.size.width, self.size.height
         if not values or width < 10 or height < 3:
-            return Text("no samples yet", style="dim")
+            return Text(self._empty, style="dim")
         n = len(values)
         lo = values[int(0.01 * (n - 1))]
         hi = values[int(0.99 * (n - 1))]

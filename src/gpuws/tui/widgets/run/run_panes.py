@@ -24,7 +24,7 @@ from ....live import verdicts
 from ....live.model import LogLine, RunModel
 from ....text.textsafe import visible
 from ... import fmt
-from ...notes import why_missing
+from ...notes import why_missing, why_no_verdict
 from ..quiet import QuietStatic
 from .banner import DiagnosisBanner
 from .kernel_table import KernelTablePane, kernel_table_caption
@@ -40,7 +40,7 @@ TIMING_FPS = 4
 _PREFIX = {0: "run", 1: "T1", 2: "T2", 3: "T3"}
 #: The parts of the model a verdict is derived from.
 VERDICT_PARTS = frozenset({"verdict", "kernels", "metrics", "rules", "static", "tier1", "tiers",
-                           "diagnoses", "header"})
+                           "diagnoses", "header", "finished"})
 _STREAM = {"stdout": "out", "stderr": "err", "warning": "wrn", "error": "err"}
 
 
@@ -160,7 +160,8 @@ class RunPanes(Vertical):
         if "diagnoses" in changed:
             self._show_banners()
         if changed & VERDICT_PARTS:
-            self.query_one(VerdictView).show(verdicts.derive(verdicts.inputs_from_model(m)))
+            self.query_one(VerdictView).show(verdicts.derive(verdicts.inputs_from_model(m)),
+                                             why_no_verdict(m) or "")
         if changed & {"header", "tiers", "finished"}:
             self._show_why_empty()
         return changed

@@ -67,6 +67,12 @@ def _row(state: TierState, model: RunModel, now: float | None) -> tuple[Text, Te
             usd = evidence.estimate_cost(state.estimate, model.rate_usd_per_hour)
             detail.append(f" · est. {duration(state.estimate.seconds)}"
                           + (f" ({fmt.usd(usd)})" if usd is not None else ""), "dim")
+    elif _cancelled_by_user(state, model):
+        # The agent reports the signal the cancel sent as the command's exit code
+        # ("exit code -15"); a person reads that as a failure of their program.
+        took = duration(state.wall_s)
+        icon, style = STATUS_LOOK["cancelled"]
+        detail = Text("cancelled (SIGTERM)", style)
     else:
         took = duration(state.wall_s)
         detail = Text()
@@ -81,3 +87,9 @@ def _row(state: TierState, model: RunModel, now: float | None) -> tuple[Text, Te
         if state.reason:
             detail.append(f" — {visible(state.reason)}", "dim")
     return Text(icon, style), name, took, detail
+
+
+def _cancelled_by_user(state: TierState, model: RunModel) -> bool:
+    """The tier "failed" only because the run's cancel sent SIGTERM to its command."""
+    return (state.status == "failed" and model.finished is not None
+            and model.finished.status == "cancelled" and state.reason.strip() == "exit code -15")

@@ -62,7 +62,8 @@ class TimingPane(Vertical):
             self.query_one("#t1-gpm", Static).update(gpm)
             self.query_one("#t1-gpm").display = True
         self.query_one("#t1-spark", Sparkline).data = model.samples[-SPARK_SAMPLES:]
-        self.query_one("#t1-hist", Histogram).show(model.sorted_samples, marks)
+        self.query_one("#t1-hist", Histogram).show(model.sorted_samples, marks,
+                                                   _empty_histogram(model))
 
 
 def gpm_text(model: RunModel) -> Text | None:
@@ -133,3 +134,12 @@ def _stats(model: RunModel) -> tuple[Text, tuple[float, float, float] | None]:
         f"\nmin {fmt.ms(running.min_ms)}  p5 {fmt.ms(running.p5_ms)}"
         f"  p95 {fmt.ms(running.p95_ms)}  max {fmt.ms(running.max_ms)}")
     return text, (running.ci_low_ms, running.median_ms, running.ci_high_ms)
+
+
+def _empty_histogram(model: RunModel) -> str:
+    """What the histogram says with no samples: "yet" only while the run may send some."""
+    if model.finished is None:
+        return "no samples yet"
+    if model.finished.status == "ok":
+        return "no samples"
+    return f"{model.finished.status} — no samples"
