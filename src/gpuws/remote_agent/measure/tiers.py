@@ -725,6 +725,26 @@ def counters_blocked(ctx: "RunContext", *, observed: bool, cause: str, tier1_ran
         remedies=COUNTER_REMEDIES, unmeasured=NCU_METRICS))
 
 
+def tier3_choice(ctx: "RunContext", table: List[Dict[str, Any]]) -> str:
+    """The kernel Tier 3 profiles when the person named none: Tier 2's top kernel, passing
+    over collectives (NCCL's all-reduce and kin). ncu replays a kernel several times to
+    collect its counters, and a collective waits on peers that take part once, so it would
+    hang the ranks; the top compute kernel is what there is to learn from on that rank.
+    A person who wants a collective's counters names it with ``--kernel-regex``."""
+    from .trace_analysis import COMM_KERNEL
+
+    top = str(table[0]["name"])
+    compute = next((str(r["name"]) for r in table if not COMM_KERNEL.match(str(r["name"]))),
+                   None)
+    if compute is None or compute == top:
+        return top
+    ctx.emit(wire.make("log", level="info", message=(
+        "Tier 3 profiles `%s`, the top kernel that is not a collective: ncu's replay of "
+        "`%s` would wait on the other ranks (name it with --kernel-regex to try)"
+        % (shown(compute), shown(top)))))
+    return compute
+
+
 def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[Dict[str, Any]]],
           regex: Optional[str], *, python: bool,
           measured: Optional[Dict[str, Any]] = None, rank: Optional[int] = None) -> bool:
@@ -751,7 +771,8 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
     # The kernel Tier 2 chose, when Tier 3 is to profile it (None: the person's regex).
     chosen_name: Optional[str] = None
     if not regex and table:
-        chosen_name = str(table[0]["name"])
+        chosen_name = tier3_choice(ctx, table)
+    if chosen_name is not None:
         # Every spelling of it (torch.profiler's, nsys's, ncu's), and no sibling instance.
         regex = kernelnames.ncu_regex(chosen_name)
     estimate = tier3_estimate(ctx, table, regex, measured or {})
