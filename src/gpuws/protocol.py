@@ -530,6 +530,11 @@ class Samples(Event, kw_only=True, tag="samples"):
 
     values_ms: list[float]
     batch: int = 1
+    #: None: CUDA-event samples. "cupti": a short call timed again from CUPTI activity
+    #: records, whose figure the run reports; these replace the event samples wherever a
+    #: run's samples are read (its histogram, compare, watch), so a comparison is made on
+    #: the same samples as the figure it sits beside.
+    source: str | None = None
 
 
 class TimingStats(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

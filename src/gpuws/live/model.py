@@ -157,6 +157,8 @@ class RunModel:
     samples: list[float] = field(default_factory=list)
     _sorted: list[float] = field(default_factory=list)
     _unsorted: list[float] = field(default_factory=list)
+    #: CUPTI-timed samples arrived and replaced the event samples (``Samples.source``).
+    _device_samples: bool = False
     tier1: protocol.Tier1Result | None = None
     kernel_table: protocol.KernelTable | None = None
     ncu: dict[str, protocol.NcuProgress] = field(default_factory=dict)
@@ -206,6 +208,12 @@ class RunModel:
     def _fold(self, ev: protocol.Events, lines: list[LogLine]) -> Part:
         # One branch per event type; the returned part tells the panes what to redraw.
         if isinstance(ev, protocol.Samples):
+            if ev.source is not None and not self._device_samples:
+                # The reported figure's samples (CUPTI) replace the CUDA-event ones.
+                self._device_samples = True
+                self.samples.clear()
+                self._unsorted.clear()
+                self._sorted.clear()
             values = physical.keep(ev.values_ms, "ms")
             self.samples_dropped += len(ev.values_ms) - len(values)
             self.samples.extend(values)

@@ -717,14 +717,18 @@ class Store:
         return [_decode(body) for (body,) in rows]
 
     def samples(self, run_id: str) -> list[float]:
-        """Every Tier-1 sample of a run (milliseconds per call), in arrival order."""
-        values: list[float] = []
+        """Every Tier-1 sample of a run (milliseconds per call), in arrival order: those of
+        the figure the run reports (CUPTI's where a short call was timed again from its
+        records, which replace the CUDA-event samples; see ``protocol.Samples.source``)."""
+        events: list[float] = []
+        device: list[float] = []
         rows = self._conn.execute(
             "SELECT body FROM events WHERE run_id = ? AND type = 'samples' ORDER BY seq",
             (run_id,))
         for (body,) in rows:
-            values.extend(_samples_decoder.decode(body).values_ms)
-        return values
+            batch = _samples_decoder.decode(body)
+            (events if batch.source is None else device).extend(batch.values_ms)
+        return device or events
 
     def tier1(self, run_id: str) -> protocol.Tier1Result | None:
         """The run's (last) Tier-1 result, or ``None`` if Tier 1 did not finish."""

@@ -217,6 +217,13 @@ def test_a_short_call_reports_cupti_and_keeps_the_event_median_beside_it() -> No
     assert decoded.events_median_ms is not None and decoded.events_median_ms > 0.0059
     logs = [e["message"] for e in events if e["type"] == "log"]
     assert any("timed again from CUPTI" in m and "5.18 µs" in m for m in logs)
+    # The figure's own samples go out beside the event ones, marked, for the laptop to
+    # read in their place (compare, watch, the histogram); each decodes as the wire's.
+    cupti = [msgspec.convert(e, protocol.Samples) for e in events
+             if e["type"] == "samples" and e.get("source") == "cupti"]
+    assert sum(len(b.values_ms) for b in cupti) == decoded.stats.n
+    assert all(v == pytest.approx(0.00518) for b in cupti for v in b.values_ms)
+    assert any(e["type"] == "samples" and "source" not in e for e in events)
 
 
 def test_a_long_call_keeps_its_event_timing_and_never_profiles() -> None:
