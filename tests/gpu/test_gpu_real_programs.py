@@ -11,6 +11,8 @@
     and the merged one, the steps window judged (NCCL/gloo set-up left out), and the
     communication share named (gloo on a one-GPU machine, NCCL with two GPUs).
 
+The commands name the Python that has torch (``sys.executable``), as a person names their
+venv's on a pod: over the carried sshd, root's ``python3`` is the system one, without it.
 These need Tier 2 through torch.profiler (the injected one): where the pod has a working
 nsys, Tier 2 takes nsys and this test skips with that reason. Every stream is saved under
 ``$GPUWS_GPU_OUT/real-programs/``. About 3 minutes of GPU time (transformers' import and
@@ -80,6 +82,11 @@ def run(capsys: pytest.CaptureFixture[str], pod: Path, name: str, command: str
         OUT.mkdir(parents=True, exist_ok=True)
         (OUT / f"{name}.ndjson").write_text(out)
     events = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    if OUT is not None:
+        # The timeline trace of a real program: the TUI's and the export's fixture.
+        for a in of(events, "artifact"):
+            if a["name"].endswith(".trace.json.gz") and Path(a["path"]).is_file():
+                shutil.copy(a["path"], OUT / f"{name}.{Path(a['name']).name}")
     assert code == 0, [e for e in events if e["type"] in ("diagnosis", "run_finished")]
     return events
 
@@ -98,7 +105,7 @@ def torch_table(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 def test_hf_generate_is_dispatch_bound_from_the_model_code(
         pod: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    events = run(capsys, pod, "hf_generate", f"python3 {PROGRAMS / 'hf_generate.py'}")
+    events = run(capsys, pod, "hf_generate", f"{sys.executable} {PROGRAMS / 'hf_generate.py'}")
     table = torch_table(events)
     window = table["window"]
     assert window is not None and window["label"] == "decode steps", window
@@ -121,7 +128,7 @@ def test_hf_generate_is_dispatch_bound_from_the_model_code(
 
 def test_ddp_two_ranks_judge_the_steps_and_name_communication(
         pod: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    events = run(capsys, pod, "ddp_step", "python3 -m torch.distributed.run --standalone "
+    events = run(capsys, pod, "ddp_step", f"{sys.executable} -m torch.distributed.run --standalone "
                  f"--nproc-per-node 2 {PROGRAMS / 'ddp_step.py'}")
     table = torch_table(events)
     decoded = msgspec.convert(table, protocol.KernelTable)
