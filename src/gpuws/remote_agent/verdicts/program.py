@@ -57,6 +57,8 @@ SYNC_NOTE_SHARE = 0.1
 MEMCPY_HIGH_PCT = 20.0
 #: One kernel, or one family, over this share of kernel time dominates.
 DOMINANT_PCT = 50.0
+#: Under that, a top kernel over this share is still the largest lever and is named so.
+LEVER_PCT = 25.0
 #: Kernel families, tested in order on the lower-cased full name (first match wins).
 FAMILIES: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("communication", ("nccl", "all_reduce", "allreduce", "all_gather", "allgather",
@@ -368,14 +370,20 @@ def _concentration(top: Dict[str, Any], fams: List[Dict[str, Any]],
                  "detail": "no single kernel dominates; the %s family does" % fam["family"],
                  "remedies": [],
                  "evidence": [evidence("share of kernel time", fam["share_pct"], "%", src)]}]
+    if share >= LEVER_PCT:
+        # Under "dominant" but a large part still: that kernel is the one lever worth
+        # naming, and "any one kernel buys little" would be false.
+        detail = "no kernel dominates; the top one, %s%s, is the largest single lever" % (
+            short_name(name), _from(top))
+    else:
+        detail = "speeding up any one kernel buys little; fusion or a different algorithm " \
+                 "is where the time is%s" % (
+                     "; the top kernel: %s, %.0f%%%s" % (short_name(name), share, _from(top))
+                     if top.get("code") else "")
     return [{"code": "spread", "severity": "info",
-             "title": "%sKernel time is spread: the top kernel takes %.0f%% of %d" % (
-                 "GPU-bound. " if first else "", share, len(rows)),
-             "detail": "speeding up any one kernel buys little; fusion or a different "
-                       "algorithm is where the time is%s" % (
-                           "; the top kernel: %s, %.0f%%%s" % (short_name(name), share,
-                                                              _from(top))
-                           if top.get("code") else ""),
+             "title": "%sKernel time is spread: the top kernel takes %.0f%% of it, across %d "
+                      "kernels" % ("GPU-bound. " if first else "", share, len(rows)),
+             "detail": detail,
              "remedies": [], "evidence": [evidence("share of kernel time", share, "%", src)]}]
 
 
