@@ -171,3 +171,35 @@ def test_the_probe_carries_this_machines_ids_and_only_equal_ids_are_this_machine
     assert machine_ids([str(tmp_path / "none"), str(tmp_path / "mid")],
                        str(tmp_path / "bad")) == {"machine_id": "3d1219c7", "boot_id": None}
     assert host_id(None) is None and host_id("x" * 10) is None
+
+
+# ----------------------------------------------------------------------------- gpuws stop
+def test_gpuws_stop_never_runs_a_defaults_stop_on_this_machine(
+        pod: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`gpuws stop ALIAS` where the alias is this machine: a `stop` inherited from
+    [defaults] (`shutdown -h now` in the README's presets) is refused in one line, whether
+    the host answers (the real sshd on 127.0.0.1; its probe is this machine's) or not (a
+    loopback alias nothing listens on); the host's own table's stop runs."""
+    marker = tmp_path / "stopped"
+    stop = script(tmp_path / "stop.sh", f"date +%s.%N > {marker}\n")
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[defaults]\nstop = ["{stop}"]\n')
+    monkeypatch.setenv("GPUWS_CONFIG", str(cfg))
+    ssh = pod.client_files(tmp_path / "ssh")
+    with open(ssh, "a") as f:
+        f.write("\nHost nothing-here\n  HostName 127.0.0.1\n  Port 9\n")
+    for alias in ("pod", "nothing-here", "local"):
+        assert main(["stop", alias, "-F", str(ssh), "--wait", "1"]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("gpuws: ") and (
+            f"{alias} is this machine: the `stop` in [defaults] is for pods and never runs "
+            "on it") in line, line
+        assert f"under [hosts.{alias}]" in line
+        assert not marker.exists()
+    # Its own table names the stop for it: that one runs (the sshd keeps answering, so
+    # the stop is then reported as not taking effect; the marker is what matters here).
+    cfg.write_text(f'[defaults]\nstop = ["{stop}"]\n[hosts.pod]\nstop = ["{stop}"]\n')
+    main(["stop", "pod", "-F", str(ssh), "--wait", "1"])
+    capsys.readouterr()
+    assert marker.exists()

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
+import socket
 import sys
 
-from ..config import host_config, load_config
-from ..errors import AuthError, ConnectError, GpuwsError, HostKeyError, UsageError
+from ..config import host_config, is_local, load_config
+from ..errors import AuthError, ConfigError, ConnectError, GpuwsError, HostKeyError, UsageError
 from ..live.engine import Engine
 from ..live.link import Target
 from ..live.uptime import observed, power
+from ..live.uptime.lease import is_this_machine
 from ..sessions.store import Store
 from ..text.textsafe import visible
+from ..transport.sshconfig import resolve
 from .common import connect, target_of
 
 
@@ -34,7 +38,7 @@ async def start(args: argparse.Namespace) -> int:
 
 async def stop(args: argparse.Namespace) -> int:
     """Run the host's ``stop``, then check it stops answering (bounded by ``--wait``)."""
-    argv = _argv(args.host, "stop")
+    argv = await _stop_argv(args)
     async with power.recorded(save, args.host, "stop"):
         await _release_lease(args)
         await power.stop(target_of(args), argv, wait_s=args.wait, timeout_s=args.timeout,
@@ -89,6 +93,61 @@ async def _release_lease(args: argparse.Namespace) -> None:
         _say(f"{args.host}: its lease could not be released ({exc.one_line()})")
     finally:
         await client.close()
+
+
+async def _stop_argv(args: argparse.Namespace) -> list[str]:
+    """The host's ``stop``. One inherited from ``[defaults]`` never runs on this machine
+    (issue 31: a ``shutdown -h now`` meant for pods would power off the laptop): only the
+    host's own table names a stop for it. Whether the host is this machine is asked only
+    when the stop would come from ``[defaults]``: by its name (``local``, a loopback
+    address), else by its probe's machine id where it answers."""
+    cfg = load_config()
+    if host_config(cfg, args.host, this_machine=True).stop or not cfg.defaults.stop:
+        return _argv(args.host, "stop")  # its own table's (or none: _argv says so)
+    if await _this_machine(args):
+        raise ConfigError(
+            f"{args.host} is this machine: the `stop` in [defaults] is for pods and never "
+            "runs on it",
+            remedy=f"to stop this machine with gpuws all the same, give it its own "
+                   f"stop = [\"...\"] under [hosts.{args.host}]")
+    return _argv(args.host, "stop")
+
+
+async def _this_machine(args: argparse.Namespace) -> bool:
+    """Whether the host is the laptop: ``local``, a loopback address, or (where it answers
+    SSH) an agent whose probe carries this machine's id. A host that does not answer, or
+    whose agent cannot start, is taken to be a pod (the stop is what stops its bill)."""
+    if is_local(args.host) or _loopback(args):
+        return True
+    if not await power.answers(target_of(args)):
+        return False
+    try:
+        client = await asyncio.wait_for(connect(args), 60)
+    except (TimeoutError, GpuwsError):
+        return False
+    try:
+        return is_this_machine(await client.probe())
+    except GpuwsError:
+        return False
+    finally:
+        await client.close()
+
+
+def _loopback(args: argparse.Namespace) -> bool:
+    """Whether the host's SSH destination (as ``ssh -G`` resolves it) is a loopback
+    address or this machine's own name."""
+    target = target_of(args)
+    try:
+        host = resolve(target.host, target.ssh_config, port=target.port,
+                       user=target.user).hostname
+    except GpuwsError:
+        return False
+    if host in ("localhost", socket.gethostname()):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _say(line: str) -> None:
