@@ -22,11 +22,12 @@ import sqlite3
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gpuws import protocol
 from gpuws.cli import main
-from gpuws.live.uptime.observed import host_silent, lease_seen, to_laptop_clock
+from gpuws.live.uptime.observed import disbelief, host_silent, lease_seen, to_laptop_clock
 from gpuws.remote_agent import lease as pod_lease
 from gpuws.sessions import store as store_mod
 from gpuws.sessions.store import Store
@@ -170,8 +171,8 @@ def test_a_flood_of_stops_is_cut_to_the_last_few_and_an_end_before_its_start_is_
     assert all(s.ended_at == s.at for s in seen.stops)  # ended before it began: clamped
     with Store(tmp_path / "s.db") as store:
         # 8 stops a second apart: those within 5 s of a recorded one are that one again.
-        assert lease_seen(store, "pod", seen, received) == 2
-        assert lease_seen(store, "pod", seen, received) == 0
+        assert lease_seen(store, "pod", seen, received) == (2, 0)
+        assert lease_seen(store, "pod", seen, received) == (0, 0)
         assert len(store.host_actions("pod")) == 2
 
 
@@ -265,7 +266,16 @@ def test_a_stop_the_laptops_own_contacts_deny_is_not_recorded(tmp_path: Path) ->
         store.end_session(ended, ended=now - 2000.0)
         store.open_session("other", "sftp", None, None, started=now - 1600.0)  # not pod
         store.open_session("pod", "sftp", None, None, started=now - 200.0)  # live now
-        assert lease_seen(store, "pod", _status(now, *stops), now) == 2
+        status = _status(now, *stops)
+        assert lease_seen(store, "pod", status, now) == (2, 3)
+        # Said, not only dropped: the person reading the bill learns the log claimed more.
+        assert disbelief(status, 3) == (
+            "3 stops in the pod's lease log not believed: 3 while gpuws had the pod "
+            "answering; the billed time is not cut at them")
+        assert disbelief(msgspec.structs.replace(status, left_out=1), 0) == (
+            "1 stop in the pod's lease log not believed: 1 impossible (dated in the future, "
+            "before the lease could exist, or malformed); the billed time is not cut at them")
+        assert disbelief(status, 0) == ""
         assert [(r.started, r.ended) for r in store.host_actions("pod")] == [
             (now - 5000.0, now - 4000.0), (now - 1500.0, now - 1500.0)]
 

@@ -58,9 +58,11 @@ async def doctor(args: argparse.Namespace) -> int:
         if withheld:  # said once, before the report: why no lease where [defaults] has one
             print(f"gpuws: note: {withheld_note(args.host, withheld)}", file=sys.stderr)
         with Store() as store:
-            learnt = observed.lease_seen(store, args.host, lease, time.time())
+            learnt, denied = observed.lease_seen(store, args.host, lease, time.time())
         report["lease"] = dict(msgspec.to_builtins(lease), said=podlease.describe(lease),
-                               stops_recorded=learnt, this_machine=here,
+                               stops_recorded=learnt, stops_denied=denied,
+                               not_believed=observed.disbelief(lease, denied),
+                               this_machine=here,
                                withheld_defaults=withheld)
         if not args.json:
             render(report)
@@ -168,7 +170,8 @@ def render(r: dict[str, Any]) -> None:
         armed, learnt = r["lease"]["armed"], r["lease"].get("stops_recorded", 0)
         said = visible(r["lease"]["said"]) + (
             f"\nthe lease stopped the pod {learnt} time(s) since gpuws last saw it: "
-            "recorded for the export's billed time" if learnt else "")
+            "recorded for the export's billed time" if learnt else "") + (
+            "\n" + r["lease"]["not_believed"] if r["lease"].get("not_believed") else "")
         t.add_row("lease", Text(said, "green" if armed else "yellow"))
     t.add_row("transport", f"{tr['kind']}" + (", SFTP" if tr["sftp"] else ", no SFTP")
               + "".join(f"\n{visible(n)}" for n in tr["notes"]))

@@ -303,11 +303,14 @@ class Engine:
         """Arm the pod's lease where the host's config asks for one (issue 22); say so,
         or why it could not be."""
         from .uptime.lease import arm, describe
-        from .uptime.observed import lease_seen
+        from .uptime.observed import disbelief, lease_seen
 
         status = self.pod_lease = await arm(client, host, this_machine=self.this_machine)
         now = self.now()
-        learnt = await self.store.call(lambda s: lease_seen(s, host, status, now))
+        learnt, denied = await self.store.call(lambda s: lease_seen(s, host, status, now))
+        doubted = disbelief(status, denied)
+        if doubted:
+            self._notice("warning", "lease", doubted)
         if learnt:
             self._notice("information", "lease",
                          f"the pod's lease stopped {host} {learnt} time(s) since gpuws last "

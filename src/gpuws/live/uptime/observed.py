@@ -64,18 +64,21 @@ def to_laptop_clock(status: protocol.LeaseStatus, received: float) -> protocol.L
                                    stops=stops, left_out=left_out)
 
 
-def lease_seen(store: Store, host: str, status: protocol.LeaseStatus, now: float) -> int:
+def lease_seen(store: Store, host: str, status: protocol.LeaseStatus,
+               now: float) -> tuple[int, int]:
     """A lease status read at ``now`` (laptop clock): remember an armed lease for the
     silence to come, record the stops its log holds that the laptop's own contacts allow
-    (:func:`contradicted`). Returns how many stops were new."""
+    (:func:`contradicted`). Returns how many stops were new, and how many the laptop's
+    contacts denied (:func:`disbelief` puts those and the status's ``left_out`` in words)."""
     if status.armed and status.idle_s is not None:
         store.set_pod_lease(host, status.idle_s, now)
     else:
         store.clear_pod_lease(host)
-    new = 0
+    new = denied = 0
     spans = store.session_spans(host)
     for stop in status.stops:
         if contradicted(stop, spans, now):
+            denied += 1
             continue
         outcome = ("its stop_on_pod said it worked" if stop.ok else
                    "its stop_on_pod failed" if stop.ok is False else
@@ -88,7 +91,21 @@ def lease_seen(store: Store, host: str, status: protocol.LeaseStatus, now: float
         ended = min([ended, now] + [s for s, _ in spans if s >= stop.at])
         if store.add_lease_stop(host, stop.at, ended, ok=stop.ok is not False, detail=detail):
             new += 1
-    return new
+    return new, denied
+
+
+def disbelief(status: protocol.LeaseStatus, denied: int) -> str:
+    """The stops of the pod's lease log the laptop did not believe, in one line ("" when
+    none): a person reading a bill must know the log claimed more than was counted."""
+    if not status.left_out and not denied:
+        return ""
+    why = [f"{status.left_out} impossible (dated in the future, before the lease could "
+           "exist, or malformed)"] if status.left_out else []
+    if denied:
+        why.append(f"{denied} while gpuws had the pod answering")
+    count = status.left_out + denied
+    return (f"{count} stop{'s' if count != 1 else ''} in the pod's lease log not believed: "
+            f"{'; '.join(why)}; the billed time is not cut at them")
 
 
 def contradicted(stop: protocol.LeaseStop, spans: list[tuple[float, float | None]],
