@@ -107,3 +107,12 @@ def test_no_gpu_event_writes_no_file_and_a_planted_link_is_not_followed(tmp_path
     path = merger.write(str(tmp_path))
     assert path is not None and victim.read_text() == "keep"
     assert {e["pid"] for e in _read(path)["traceEvents"] if e["ph"] == "X"} == {1}
+
+
+def test_nsys_exports_are_bounded_like_torch_traces() -> None:
+    """An nsys export's rows count against the same cap (the rest dropped and counted)."""
+    fix = Path(__file__).parents[2] / "fixtures" / "nsys-2023.4.4-h100" / "nsys_cupy.sqlite"
+    merger = tt.Merger(limit=10)
+    merger.add_nsys(str(fix))
+    assert len(merger.events) == 10 and merger.dropped > 40
+    assert merger.document()["otherData"]["dropped_events"] == merger.dropped

@@ -163,6 +163,32 @@ def test_stats_without_its_modules_reads_the_table_from_the_real_export(
     assert started.argv[:2] == [nsys, "profile"]  # the real argv is in the run
 
 
+def test_an_nsys_tier2_keeps_its_timeline_as_a_chrome_trace(ctx: RunContext,
+                                                           tmp_path: Path) -> None:
+    """Issue 33: every Tier 2 keeps a trace a person can open, nsys's too (from its SQLite
+    export: the CuPy program's 52 kernels and its copies, on their stream, one process)."""
+    import gzip
+
+    from gpuws.remote_agent.measure import timeline_trace as tt
+
+    nsys = stand_in_nsys(tmp_path / "nsys", FIX / "profile_cupy.txt",
+                         FIX / "nsys_cupy.sqlite", (FIX / "stats_no_nsysstats.log").read_text())
+    assert tiers.tier2(ctx, pod_with(nsys), ["/bin/true"], python=False) is not None
+    art = [e for e in events(ctx) if isinstance(e, protocol.Artifact)
+           and e.name == tt.FILE_NAME]
+    assert art, [e for e in events(ctx) if isinstance(e, protocol.Artifact)]
+    with gzip.open(art[-1].path, "rt", encoding="utf-8") as f:
+        doc = json.load(f)
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(kernels) == 52 and sum(e["name"] == "saxpy" for e in kernels) == 50
+    assert all(e["ph"] == "X" and e["dur"] > 0 and e["tid"].startswith("stream ")
+               for e in kernels)
+    copies = [e for e in doc["traceEvents"] if e.get("cat") == "memcpy"]
+    assert copies and all(e["name"].startswith("memcpy ") for e in copies)
+    (proc,) = [e for e in doc["traceEvents"] if e.get("name") == "process_name"]
+    assert proc["args"]["name"].startswith("process 0 (pid ")
+
+
 def test_a_capture_without_an_importer_is_explained(ctx: RunContext, tmp_path: Path) -> None:
     root = tmp_path / "nsys"
     nsys = stand_in_nsys(root, FIX / "profile_no_importer.txt", None, "")

@@ -623,6 +623,7 @@ def tier2_nsys(ctx: "RunContext", pod: Pod, nsys: str, target: List[str], python
         tried.append("nsys: no report came out (exit %d)%s" % (
             res.returncode, ": " + said if said else ""))
         return None
+    keep_nsys_trace(ctx, base + ".sqlite")
     if said is not None:
         tried.append(said)
         if os.path.exists(rep):  # traced in part, not failed: not worth a retry here
@@ -664,6 +665,25 @@ def tier2_nsys(ctx: "RunContext", pod: Pod, nsys: str, target: List[str], python
         "nsys stats gave no table; the kernel table is read from nsys's SQLite export")))
     ctx.announce_artifacts()
     return rank_kernels(tl["kernels"]), {k: tl.get(k) for k in ("gpu_idle_pct", "memcpy_pct")}
+
+
+def keep_nsys_trace(ctx: "RunContext", sqlite: str) -> None:
+    """The nsys timeline as the Chrome/Perfetto trace every Tier 2 keeps (``gpuws trace``),
+    from the SQLite export the profile left; a failure costs the trace, not the tier."""
+    import sqlite3
+
+    from .timeline_trace import Merger
+
+    if not os.path.isfile(sqlite):
+        return
+    merger = Merger()
+    try:
+        merger.add_nsys(sqlite)
+        if merger.write(ctx.artifact_dir) is not None:
+            ctx.announce_artifacts()
+    except (OSError, sqlite3.Error) as exc:
+        ctx.emit(wire.make("log", level="warning",
+                           message="timeline trace not kept: %s" % str(exc)[:200]))
 
 
 def tier2_ncu(ctx: "RunContext", ncu: str, target: List[str], python: bool,

@@ -1,11 +1,12 @@
 """One Chrome/Perfetto trace of a Tier 2 run: the timeline a person opens first.
 
 torch.profiler leaves one trace per process in the run directory and nothing of it comes
-home. This module keeps, from each, the GPU's events (kernels, memcpy/memset) and
-optionally the host's CUDA runtime calls, puts each process on its own track (``pid`` =
-rank, named ``rank N``), marks the steady window the verdict judged and the one-time
-phases it left out, and writes ``timeline.trace.json.gz`` into the run's artifact dir so
-it is pulled like every artifact (checksummed, bounded).
+home; nsys leaves its SQLite export (:meth:`Merger.add_nsys` reads its GPU activity, a
+track per process and stream). From each torch trace this module keeps the GPU's events
+(kernels, memcpy/memset) and optionally the host's CUDA runtime calls, puts each process
+on its own track (``pid`` = rank, named ``rank N``), marks the steady window the verdict
+judged and the one-time phases it left out, and writes ``timeline.trace.json.gz`` into
+the run's artifact dir so it is pulled like every artifact (checksummed, bounded).
 
 Input is the workload's own files, so everything is bounded here: names cut to
 :data:`MAX_NAME`, at most :data:`MAX_EVENTS` events (the rest dropped and counted),
@@ -131,6 +132,33 @@ class Merger:
         self.meta.append({"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0,
                           "ts": 0, "dur": 0, "args": {"sort_index": r}})
 
+    def add_nsys(self, sqlite_path: str) -> None:
+        """The GPU's events of an ``nsys … --export=sqlite`` file, a track per process
+        (nsys's ``globalPid``) and per stream. Raises ``sqlite3.Error``/``OSError`` when
+        the file cannot be read; a table nsys did not create is skipped."""
+        import sqlite3
+        from urllib.parse import quote
+
+        con = sqlite3.connect("file:" + quote(os.path.abspath(sqlite_path)) + "?mode=ro",
+                              uri=True)
+        try:
+            pids: Dict[int, int] = {}
+            for table, kind in _NSYS_TABLES:
+                for row in _nsys_rows(con, table):
+                    if len(self.events) >= self.limit:
+                        self.dropped += 1
+                        continue
+                    ev = _nsys_event(row, kind, pids, self.ranks)
+                    if ev is not None:
+                        self.events.append(ev)
+            self.ranks.extend(r for r in pids.values() if r not in self.ranks)
+            for pid, rank in pids.items():
+                self.meta.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
+                                  "ts": 0, "dur": 0,
+                                  "args": {"name": "process %d (pid %d)" % (rank, pid)}})
+        finally:
+            con.close()
+
     def document(self) -> Dict[str, Any]:
         """The merged Chrome trace (``displayTimeUnit`` ms, times in µs as Chrome wants)."""
         doc: Dict[str, Any] = {"traceEvents": self.meta + self.events,
@@ -160,3 +188,58 @@ class Merger:
                 gz.write(json.dumps(self.document(), separators=(",", ":")).encode("utf-8"))
         os.replace(tmp, path)
         return path
+
+
+#: nsys's SQLite tables of GPU activity (nsys creates each only when it has rows).
+_NSYS_TABLES = (("CUPTI_ACTIVITY_KIND_KERNEL", "kernel"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"),
+                ("CUPTI_ACTIVITY_KIND_MEMSET", "memset"))
+#: CUPTI's copy kinds (CUpti_ActivityMemcpyKind), as the names read in nsys.
+_COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+               8: "DtoD", 9: "HtoH", 10: "PtoP"}
+
+
+def _nsys_rows(con: Any, table: str) -> Any:
+    """``(start, end, stream, pid, name)`` of each row of ``table`` (none if it is absent)."""
+    cols = [str(r[1]) for r in con.execute("PRAGMA table_info(%s)" % table)]
+    if not {"start", "end"} <= set(cols):
+        return iter(())
+    stream = "streamId" if "streamId" in cols else "0"
+    pid = "globalPid" if "globalPid" in cols else "0"
+    if table.endswith("KERNEL"):
+        name_col = next((c for c in ("demangledName", "shortName") if c in cols), None)
+        has_strings = con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND "
+                                  "name='StringIds'").fetchone() is not None
+        if name_col is not None and has_strings:
+            return con.execute(
+                "SELECT t.start, t.end, %s, %s, COALESCE(s.value, 'kernel') FROM %s AS t "
+                "LEFT JOIN StringIds AS s ON s.id = t.%s ORDER BY t.start"
+                % (stream, pid, table, name_col))
+        return con.execute("SELECT start, end, %s, %s, 'kernel' FROM %s ORDER BY start"
+                           % (stream, pid, table))
+    kind = "copyKind" if "copyKind" in cols else "NULL"
+    return con.execute("SELECT start, end, %s, %s, %s FROM %s ORDER BY start"
+                       % (stream, pid, kind, table))
+
+
+def _nsys_event(row: Any, kind: str, pids: Dict[int, int], taken: List[int]
+                ) -> Optional[Dict[str, Any]]:
+    """One row as a Chrome ``X`` event (µs), its process numbered in order of appearance
+    after the numbers ``taken`` already; None for a row CUPTI could not time."""
+    start, end, stream, gpid, name = row
+    lo, hi = _num(start), _num(end)
+    if lo is None or hi is None or hi <= lo:
+        return None
+    try:
+        pid = (int(gpid) >> 24) & 0xFFFFFF  # nsys's globalPid holds the OS pid here
+    except (TypeError, ValueError):
+        pid = 0
+    if pid not in pids:
+        pids[pid] = max(taken + list(pids.values()), default=-1) + 1
+    if kind == "memcpy":
+        label = "memcpy %s" % _COPY_KINDS.get(name, "?") if isinstance(name, int) else "memcpy"
+    elif kind == "memset":
+        label = "memset"
+    else:
+        label = str(name)[:MAX_NAME]
+    return {"ph": "X", "cat": kind, "name": label, "ts": lo / 1000.0, "dur": (hi - lo) / 1000.0,
+            "pid": pids[pid], "tid": "stream %s" % str(stream)[:40]}
