@@ -235,3 +235,35 @@ async def test_sync_then_run_in_the_workspace_records_the_code(ssh_config: Path,
         again = await client.call_tool("sync", {"host": "pod", "workspace": str(ws)})
         assert again.structured_content is not None
         assert again.structured_content["blobs_sent"] == 0  # nothing changed, nothing sent
+
+
+async def test_a_host_open_to_start_and_stop_runs_its_own_tools(ssh_config: Path,
+                                                                tmp_path: Path) -> None:
+    """`start`/`stop` where the config allows the agent to: the host's own commands run
+    (scripts writing a marker stand in for a provider's CLI), and each call is recorded.
+    The pod (a real sshd on loopback) keeps answering after `stop`: the call says so as a
+    tool error rather than claiming a stop it did not see."""
+    def tool(name: str) -> Path:
+        marker = tmp_path / f"{name}-ran"
+        path = tmp_path / f"{name}.sh"
+        path.write_text(f"#!/bin/sh\ndate +%s > {marker}\n")
+        path.chmod(0o755)
+        return path
+
+    start, stop = tool("start"), tool("stop")
+    write_config(POD + f'agent_may_start_stop = true\nstart = ["{start}"]\n'
+                 f'stop = ["{stop}"]\n')
+    async with mcp_client("-F", str(ssh_config), "--budget-usd", "5") as client:
+        started = await client.call_tool("start", {"host": "pod", "wait_s": 30})
+        assert not started.is_error, _text(started)
+        assert started.structured_content is not None
+        assert started.structured_content["answers"] is True
+        assert (tmp_path / "start-ran").exists()
+        stopped = await client.call_tool("stop", {"host": "pod", "wait_s": 1})
+        assert (tmp_path / "stop-ran").exists()
+        assert stopped.is_error and _text(stopped).startswith("gpuws: ")
+        assert "\n" not in _text(stopped)
+        history = await client.call_tool("history", {})
+    assert history.structured_content is not None
+    outcomes = [(a["tool"], a["outcome"]) for a in history.structured_content["agent_actions"]]
+    assert outcomes[:2] == [("start", "ok"), ("stop", "error")], outcomes
