@@ -640,15 +640,17 @@ def tier2_nsys(ctx: "RunContext", pod: Pod, nsys: str, target: List[str], python
             continue
         if rows:
             extra: Dict[str, Any] = {}
+            instances: Dict[str, Dict[str, Any]] = {}
             sqlite = base + ".sqlite"
             if os.path.exists(sqlite):
                 try:
                     tl = parse_nsys_sqlite(sqlite)
                     extra = {k: tl.get(k) for k in TIMELINE_KEYS}
+                    instances = tl.get("instances") or {}
                 except (ValueError, OSError):
                     pass
             ctx.announce_artifacts()
-            return rank_kernels(rows), extra
+            return with_instances(rank_kernels(rows), instances), extra
     # nsys stats runs its reports under the pod's python3 with modules a distribution may
     # package apart (Debian's nsysstats): the export the profile left is the same data.
     sqlite = base + ".sqlite"
@@ -664,7 +666,16 @@ def tier2_nsys(ctx: "RunContext", pod: Pod, nsys: str, target: List[str], python
     ctx.emit(wire.make("log", level="info", message=(
         "nsys stats gave no table; the kernel table is read from nsys's SQLite export")))
     ctx.announce_artifacts()
-    return rank_kernels(tl["kernels"]), {k: tl.get(k) for k in ("gpu_idle_pct", "memcpy_pct")}
+    return (with_instances(rank_kernels(tl["kernels"]), tl.get("instances") or {}),
+            {k: tl.get(k) for k in ("gpu_idle_pct", "memcpy_pct")})
+
+
+def with_instances(rows: List[Dict[str, Any]], instances: Dict[str, Dict[str, Any]]
+                   ) -> List[Dict[str, Any]]:
+    """``rows`` with the instance of each (grid, block, launch_skip) nsys's export gave."""
+    for row in rows:
+        row.update(instances.get(str(row["name"])) or {})
+    return rows
 
 
 def keep_nsys_trace(ctx: "RunContext", sqlite: str) -> None:
