@@ -315,7 +315,7 @@ def parse_nsys_sqlite(path: str) -> dict[str, Any]:
 
     Returns:
         ``{"kernels": rows (name, calls, total_ns, mean_ns), "kernel_count": n,
-        "devices": n, "instances": :func:`nsys_instances` (empty where the export has no
+        "devices": n, "instances": :func:`launch_instances` (empty where the export has no
         grid/block columns), **timeline_stats(...)}``.
 
     Raises:
@@ -386,7 +386,7 @@ def _read_nsys_db(con: Any) -> dict[str, Any]:
             if SYNC_CALL.match(str(name))]
     instances: dict[str, dict[str, Any]] = {}
     if all(c in kcols for c in _DIMS):
-        instances = nsys_instances(con.execute(
+        instances = launch_instances(con.execute(
             f"SELECT {name_sql}, {', '.join('k.' + c for c in _DIMS)}, k.end - k.start "
             # GPU order: one stream's is its launch order, which is what ncu counts.
             f"FROM {_KERNEL} AS k {join} WHERE k.end > k.start ORDER BY k.start"))
@@ -395,9 +395,16 @@ def _read_nsys_db(con: Any) -> dict[str, Any]:
             **sync_stats(spans, syncs)}
 
 
-def nsys_instances(launches: Iterable[Sequence[Any]]) -> dict[str, dict[str, Any]]:
-    """``{name: {"grid", "block", "launch_skip"}}`` from an nsys export's launches in
-    order (``name, gridX, gridY, gridZ, blockX, blockY, blockZ, ns``): each kernel's
+def ncu_dims(text: Any) -> list[Any]:
+    """``[x, y, z]`` of ncu's ``(262144, 1, 1)`` (Grid Size, Block Size); ``[None] * 3``
+    for anything else."""
+    m = re.fullmatch(r"\((\d{1,10}), (\d{1,10}), (\d{1,10})\)", str(text or "").strip())
+    return [int(v) for v in m.groups()] if m else [None] * 3
+
+
+def launch_instances(launches: Iterable[Sequence[Any]]) -> dict[str, dict[str, Any]]:
+    """``{name: {"grid", "block", "launch_skip"}}`` from launches in launch order (``name,
+    gridX, gridY, gridZ, blockX, blockY, blockZ, ns``: an nsys export's, ncu's): each kernel's
     launch configuration that took most of its time, and its launches before the first
     of it (the ``--launch-skip`` that brings ncu there). A launch with dimensions no GPU
     runs (0, negative, not integers) counts but names no configuration."""

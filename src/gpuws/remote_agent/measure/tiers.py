@@ -701,7 +701,7 @@ def tier2_ncu(ctx: "RunContext", ncu: str, target: List[str], python: bool,
               tried: List[str]) -> Optional[List[Dict[str, Any]]]:
     from ..profilers.ncu_reader import read_raw_csv
     from ..safefiles import read_regular
-    from .tier2_parse import rank_kernels
+    from .tier2_parse import launch_instances, ncu_dims, rank_kernels
 
     # ncu's own output (the CSV page, its ==PROF== lines) goes to a file, so stdout carries
     # only the workload's, shown under Tier 2 as every other tier shows it; mixed in with
@@ -728,6 +728,7 @@ def tier2_ncu(ctx: "RunContext", ncu: str, target: List[str], python: bool,
     except OSError:
         text = ""
     launches = read_raw_csv(text) if res.returncode == 0 else []
+    launches.sort(key=lambda x: int(x.get("launch") or 0))  # ncu's ID: its launch order
     totals: Dict[str, Dict[str, Any]] = {}
     for launch in launches:
         dur = (launch.get("metrics") or {}).get("duration_ns")
@@ -740,7 +741,10 @@ def tier2_ncu(ctx: "RunContext", ncu: str, target: List[str], python: bool,
     if not totals:
         tried.append("ncu pass: no kernel durations (exit %d)" % res.returncode)
         return None
-    return rank_kernels(list(totals.values()))
+    instances = launch_instances(
+        [x["kernel"], *ncu_dims(x.get("grid")), *ncu_dims(x.get("block")),
+         (x.get("metrics") or {}).get("duration_ns")] for x in launches)
+    return with_instances(rank_kernels(list(totals.values())), instances)
 
 
 # ----------------------------------------------------------------------------- tier 3

@@ -1,4 +1,5 @@
-"""Where Tier 2 comes from nsys, its rows name the instance Tier 3 profiles (issue 32).
+"""Where Tier 2 comes from nsys or ncu's pass, its rows name the instance Tier 3 profiles
+(issue 32).
 
 nsys's SQLite export holds every launch's grid and block (``CUPTI_ACTIVITY_KIND_KERNEL``'s
 ``gridX`` … ``blockZ``). The exports are the real ones of tests/fixtures/nsys-2023.4.4-h100
@@ -6,11 +7,16 @@ nsys's SQLite export holds every launch's grid and block (``CUPTI_ACTIVITY_KIND_
 each ran one configuration; the variants below change the recorded launches in a copy (the
 test says which) to give a kernel two configurations, or dimensions no GPU runs. nsys is
 the stand-in of test_nsys_real.py (this machine has none): it leaves the export where
-``-o`` points, as 2023.4.4 did.
+``-o`` points, as 2023.4.4 did. ncu's pass reads a variant of the real
+``ncu --csv --page raw`` of tests/fixtures/ncu-2025.3.1-h200 (saxpy's one launch, copied
+under five launch IDs, two with another grid), which a stand-in ncu writes to its
+``--log-file`` as ncu does.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import shutil
 import sqlite3
 from pathlib import Path
@@ -104,3 +110,40 @@ def test_tier2_from_nsys_carries_the_instance_to_its_table(ctx: RunContext,  # n
     table = next(e for e in events(ctx) if isinstance(e, protocol.KernelTable))
     top = table.kernels[0]
     assert (top.grid, top.block, top.launch_skip) == ("(131072, 1, 1)", "(128, 1, 1)", 5)
+
+
+def test_tier2s_ncu_pass_names_the_instance(ctx: RunContext, tmp_path: Path) -> None:  # noqa: F811
+    """ncu's pass (no nsys, no torch): its launch IDs are its launch order, and each row
+    says Grid Size and Block Size. Variant: saxpy's one recorded launch as IDs 0–4, the
+    first two with a 64-block grid."""
+    lines = (FIX.parent / "ncu-2025.3.1-h200" / "saxpy_raw.csv").read_text().splitlines()
+    header, units, row = list(csv.reader(lines[-3:]))
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    writer.writerows([header, units])
+    for i in range(5):
+        launch = dict(zip(header, row, strict=True))
+        launch["ID"] = str(i)
+        if i < 2:
+            launch["Grid Size"] = "(64, 1, 1)"
+        writer.writerow([launch[h] for h in header])
+    raw = tmp_path / "raw.csv"
+    raw.write_text(out.getvalue())
+    ncu = tmp_path / "ncu"
+    ncu.write_text('#!/bin/sh\nfor a in "$@"; do [ "$prev" = --log-file ] && log="$a"; '
+                   f'prev="$a"; done\ncat {raw} > "$log"\n')
+    ncu.chmod(0o755)
+    tried: list[str] = []
+    rows = tiers.tier2_ncu(ctx, str(ncu), ["/bin/true"], False, tried)
+    assert rows is not None and len(rows) == 1, tried
+    (saxpy,) = rows
+    assert saxpy["name"] == "saxpy" and saxpy["calls"] == 5
+    assert (saxpy["grid"], saxpy["block"], saxpy["launch_skip"]) == (
+        "(262144, 1, 1)", "(256, 1, 1)", 2)
+
+
+@pytest.mark.parametrize("text", ["(64, 1)", "(0x40, 1, 1)", "", None, "(1, 1, 1) ; rm",
+                                  "(" + "9" * 11 + ", 1, 1)"])
+def test_ncus_dimensions_other_than_three_counts_are_none(text: Any) -> None:
+    assert t2.ncu_dims(text) == [None] * 3
+    assert t2.ncu_dims("(262144, 1, 1)") == [262144, 1, 1]
