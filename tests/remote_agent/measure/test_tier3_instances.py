@@ -161,6 +161,22 @@ def test_tier3_profiles_the_launch_of_tier2s_configuration(ctx: RunContext,  # n
     assert [e for e in evs if isinstance(e, protocol.TierFinished)][-1].status == "ok"
 
 
+def test_past_a_collective_the_chosen_kernels_own_instance(ctx: RunContext,  # noqa: F811
+                                                           tmp_path: Path) -> None:
+    """Tier 3 passes over a collective Tier 2 ranked first (its replay would hang the
+    ranks) and profiles the top compute kernel: with that kernel's skip, not the
+    collective's."""
+    rows = analyse(trace())["kernels"]
+    nccl = {"name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096>)",
+            "calls": 40, "total_ns": 1e12, "mean_ns": 2.5e10, "share_pct": 60.0,
+            "grid": "(2, 1, 1)", "block": "(512, 1, 1)", "launch_skip": 7}
+    ncu, calls = stand_in_ncu(tmp_path, recorded_launches(rows[0]["name"]))
+    assert not tiers.tier3(ctx, FakePod([ncu]), ["/bin/true"], [nccl, *rows], None,
+                           python=False)
+    made = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert [(m[0], m[2]) for m in made] == [("1", "(8, 1, 1)")]
+
+
 def test_the_persons_launch_skip_wins(ctx: RunContext, tmp_path: Path) -> None:  # noqa: F811
     rows = analyse(trace())["kernels"]
     ncu, calls = stand_in_ncu(tmp_path, recorded_launches(rows[0]["name"]))

@@ -807,12 +807,16 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
     chosen_name: Optional[str] = None
     # The launches of it ncu skips to reach the instance Tier 2 chose (None: the spec's).
     skip: Optional[int] = None
+    # Its row of Tier 2's table: the instance Tier 2 saw most of it run as.
+    chosen_row: Optional[Dict[str, Any]] = None
     if not regex and table:
         chosen_name = tier3_choice(ctx, table)
+        chosen_row = next((r for r in table if str(r["name"]) == chosen_name), None)
     if chosen_name is not None:
         # Every spelling of it (torch.profiler's, nsys's, ncu's), and no sibling instance.
         regex = kernelnames.ncu_regex(chosen_name)
-        skip = instance_skip(ctx, table[0])
+    if chosen_row is not None:
+        skip = instance_skip(ctx, chosen_row)
     estimate = tier3_estimate(ctx, table, regex, measured or {}, launch_skip=skip)
     tier3_budget(ctx, estimate, t0)
     excluded: List[str] = []
@@ -905,8 +909,8 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
         ctx.emit(kernel_metrics_event(launch))
     if chosen_name is not None and launches:
         profiled_what(ctx, chosen_name, [str(x.get("kernel") or "") for x in launches])
-        if table:
-            profiled_instance(ctx, table[0], launches[0])
+        if chosen_row is not None:
+            profiled_instance(ctx, chosen_row, launches[0])
     if launches:
         ctx.emit(rule_findings_event(launches))
         findings.after_tier3(ctx, launches, table, regex,
