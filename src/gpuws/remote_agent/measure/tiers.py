@@ -949,7 +949,11 @@ def instance_skip(ctx: "RunContext", row: Dict[str, Any]) -> Optional[int]:
     """The ``--launch-skip`` that brings ncu to the instance of ``row`` Tier 2 chose (the
     launch configuration that took most of its time, :mod:`.trace_analysis`), and a line
     saying so; None where that is its first launch, the profile did not say, or the
-    person chose a skip."""
+    person chose a skip.
+
+    Tier 2 counts the kernel's own launches because ncu's ``--launch-skip`` counts only
+    the launches its ``-k`` filter matched (``--launch-skip-before-match`` is the one that
+    counts every launch: ``ncu --help``, and the CLI's filter examples)."""
     got = row.get("launch_skip")
     if ctx.spec.get("launch_skip") or not isinstance(got, int) or isinstance(got, bool) \
             or got <= 0:
