@@ -284,7 +284,7 @@ def _rows(kernels: List[_Kernel], every: List[_Kernel]) -> List[Dict[str, Any]]:
             chosen[row["name"]] = max(configs.items(), key=lambda kv: kv[1])[0]
     skips = _instances(every, chosen)
     for row in rows:
-        if row["name"] in chosen:
+        if row["name"] in skips:  # every window launch is in the trace: always, for one
             row["grid"], row["block"] = chosen[row["name"]]
             row["launch_skip"] = skips[row["name"]]
     return rows
