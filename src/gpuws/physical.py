@@ -114,6 +114,7 @@ FIELDS: dict[tuple[str, str], str] = {
     ("Tier1Result", "timer_ms"): "ms", ("Tier1Result", "events_median_ms"): "ms",
     ("KernelRow", "calls"): "count", ("KernelRow", "total_ns"): "ns",
     ("KernelRow", "mean_ns"): "ns", ("KernelRow", "share_pct"): "share",
+    ("KernelRow", "launch_skip"): "count",
     ("KernelTable", "gpu_idle_pct"): "span_pct", ("KernelTable", "memcpy_pct"): "span_pct",
     ("NcuProgress", "percent"): "share", ("NcuProgress", "passes"): "count",
     ("Stall", "pct"): "span_pct",

@@ -617,6 +617,14 @@ class KernelRow(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: innermost Python frame outside torch and the interpreter), where the profile had
     #: Python stacks.
     code: str | None = None
+    #: The launch configuration that took most of this kernel's time (``(8, 1, 1)`` and
+    #: ``(128, 1, 1)``, as ncu writes Grid Size and Block Size): the instance Tier 3
+    #: profiles, where the profile recorded it.
+    grid: str | None = None
+    block: str | None = None
+    #: This kernel's launches before the first of that configuration, from the profile's
+    #: start: the ``--launch-skip`` that brings ncu to it.
+    launch_skip: int | None = None
 
 
 class Phase(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -57,6 +57,14 @@ def _table(**kw: object) -> protocol.KernelTable:
 
 WORST = [
     _table(kernels=[_row(code="x" * (MAX_CODE + 1))]),
+    # The instance Tier 3 profiles: launch dimensions as ncu writes them, a count.
+    _table(kernels=[_row(grid="(" + "9" * 100_000 + ", 1, 1)")]),
+    _table(kernels=[_row(grid="(0, 1, 1)")]),
+    _table(kernels=[_row(block="(128, 1, 1)\n\x1b[2J")]),
+    _table(kernels=[_row(block="[128, 1, 1]")]),
+    _table(kernels=[_row(launch_skip=-1)]),
+    _table(kernels=[_row(launch_skip=2**60)]),
+    _table(ranks=[protocol.RankTable(rank=0, kernels=[_row(grid="(1, 1)")])]),
     _table(window=_window(first_step=41)),
     _table(window=_window(steps=10**6)),
     _table(window=_window(label="s" * (MAX_TABLE_TEXT + 1))),
@@ -112,6 +120,8 @@ def test_an_honest_two_rank_table_passes_and_every_view_shows_it(tmp_path: Path)
     table = real_table(tmp_path)
     b = _boundary()
     assert b.check(table) is table
+    # Each row names its instance (rank 0's: the rank Tier 3 profiles by default).
+    assert all(r.grid and r.block and r.launch_skip is not None for r in table.kernels)
     console = Console(width=200, record=True)
     console.print(kernel_table(table))
     for t in rank_tables(table):

@@ -495,6 +495,8 @@ MAX_SITES = 16
 MAX_PHASES = 16
 MAX_RANKS = 4096
 MAX_RANK_ROWS = 1000
+#: A grid or block as the agent writes it: three positive counts (CUDA's largest, 2^31-1).
+LAUNCH_DIMS = re.compile(r"\A\([1-9]\d{0,9}, [1-9]\d{0,9}, [1-9]\d{0,9}\)\Z")
 
 
 def check_kernel_table(ev: protocol.KernelTable) -> None:
@@ -517,6 +519,9 @@ def check_kernel_table(ev: protocol.KernelTable) -> None:
         if row.code is not None and len(row.code) > MAX_CODE:
             raise Refused("bounds", f"a kernel's code location of {len(row.code)} "
                                     f"characters (limit {MAX_CODE})")
+        for dims in (row.grid, row.block):
+            if dims is not None and LAUNCH_DIMS.match(dims) is None:
+                raise Refused("value", f"a kernel's launch dimensions {dims[:40]!r}")
     for window, host, comm in parts:
         texts: list[str] = []
         if window is not None:

@@ -21,6 +21,7 @@ from gpuws.remote_agent import runs
 from gpuws.remote_agent.measure import tier3_cost, tiers
 from gpuws.remote_agent.pod import gpusel
 from gpuws.remote_agent.profilers.ncu_cmd import DEFAULT_SECTIONS
+from gpuws.remote_agent.verdicts import kernelnames
 from gpuws.remote_agent.worker import RunContext
 from remote_agent.measure.test_tier3_paths import (  # type: ignore[import-not-found]
     PERM,
@@ -156,10 +157,39 @@ def test_a_plan_over_budget_stops_before_ncu_with_cheaper_plans(ctx: RunContext,
     plans = diag.remedies
     assert plans[0].startswith("--launch-count 1: about ")
     assert any(p.startswith("--ncu-sections SpeedOfLight (10 passes)") for p in plans)
-    assert any(p.startswith("--kernel-regex '^saxpy'") for p in plans)
+    assert any(p.startswith("--kernel-regex '(^|[^A-Za-z0-9_])saxpy([^A-Za-z0-9_]|$)' "
+                            "(Tier 2's top kernel alone)") for p in plans)
     assert plans[-1].startswith("or raise --max-tier3-seconds above ")
     fin = [e for e in evs if isinstance(e, protocol.TierFinished)][-1]
     assert (fin.tier, fin.status) == (3, "skipped") and "over --max-tier3-seconds" in fin.reason
+
+
+def test_the_top_kernel_plan_matches_what_ncu_lists_on_recorded_names() -> None:
+    """The cheaper plan "Tier 2's top kernel alone" on an HF ``generate`` recorded on the
+    H200 (tests/fixtures/kernel-names-h200): Tier 2 spells the top kernel as torch does,
+    ncu lists it as ``elementwise_kernel<(int)128, (int)4, …`` with ``<unnamed>``; the
+    plan's regex must select that listing, and only it, and count Tier 2's launches of it.
+    Before, it was ``'^' + re.escape(torch's name)``: nothing ncu lists matched it."""
+    import re
+    import shlex
+
+    names = json.loads((Path(__file__).parents[2] / "fixtures" / "kernel-names-h200" /
+                        "names.json").read_text())
+    table = [{"name": n, "calls": 10 + i, "total_ns": 1e6 * (70 - i)}
+             for i, n in enumerate(names["torch_hf"])]
+    listed = names["ncu_hf_miss_listed"]
+    spec = {"launch_count": 5}
+    est = tier3_cost.estimate(spec, table, ".*", default_sections=DEFAULT_SECTIONS)
+    plans = tier3_cost.cheaper_plans(spec, est, table, ".*", default_sections=DEFAULT_SECTIONS)
+    (plan,) = [p for p in plans if p.startswith("--kernel-regex ")]
+    regex = shlex.split(plan.split(" (Tier 2's top kernel")[0])[1]
+    twin = kernelnames.best_match(table[0]["name"], listed)[0]
+    assert twin is not None
+    assert [n for n in listed if re.search(regex, n)] == [twin]
+    assert [r["name"] for r in tier3_cost.matching(table, regex) or []] == [table[0]["name"]]
+    narrowed = tier3_cost.estimate(spec, table, regex, default_sections=DEFAULT_SECTIONS)
+    assert narrowed["launches_basis"].startswith("--launch-count 5; Tier 2 saw 10 matching")
+    assert plan.endswith(f"about {narrowed['seconds']:.0f} s")
 
 
 def test_a_plan_within_budget_runs(ctx: RunContext, tmp_path: Path) -> None:

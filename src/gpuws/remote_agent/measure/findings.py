@@ -65,13 +65,15 @@ def after_tier2(ctx: "RunContext", table: Dict[str, Any], regex: Optional[str],
 @stated("kernel")
 def after_tier3(ctx: "RunContext", launches: List[Dict[str, Any]],
                 table: Optional[List[Dict[str, Any]]], regex: Optional[str],
-                sm_count: Optional[int]) -> None:
-    """Emit a kernel verdict per profiled kernel (its first launch) and the coverage."""
+                sm_count: Optional[int], launch_skip: Optional[int] = None) -> None:
+    """Emit a kernel verdict per profiled kernel (its first launch) and the coverage
+    (``launch_skip``: the one ncu was given, where not the spec's)."""
     for verdict in kernel_verdicts(launches, sm_count):
         ctx.emit(wire.make("kernel_verdict", **verdict))
     ctx.emit(wire.make("tier3_coverage", **coverage(
         {"kernels": table or []}, [str(x.get("kernel")) for x in launches], regex=regex,
-        launch_skip=int(ctx.spec.get("launch_skip") or 0),
+        launch_skip=int(ctx.spec.get("launch_skip") or 0) if launch_skip is None
+        else launch_skip,
         launch_count=int(ctx.spec.get("launch_count") or 1))))
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -294,6 +294,8 @@ def timeline_stats(spans: Mapping[int, tuple[int, int]],
 
 
 _KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+#: A launch's grid and block in the kernel table.
+_DIMS = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
 _RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 #: The host calls that wait for the GPU (runtime and driver API; nsys suffixes the
 #: runtime's with its version, ``cudaStreamSynchronize_v3020``). A blocking copy to the
@@ -313,7 +315,8 @@ def parse_nsys_sqlite(path: str) -> dict[str, Any]:
 
     Returns:
         ``{"kernels": rows (name, calls, total_ns, mean_ns), "kernel_count": n,
-        "devices": n, **timeline_stats(...)}``.
+        "devices": n, "instances": :func:`launch_instances` (empty where the export has no
+        grid/block columns), **timeline_stats(...)}``.
 
     Raises:
         Tier2ParseError: The file cannot be opened as sqlite, or this python3 has no
@@ -381,8 +384,51 @@ def _read_nsys_db(con: Any) -> dict[str, Any]:
             f"SELECT s.value, r.start, r.end FROM {_RUNTIME} AS r JOIN StringIds AS s "
             "ON s.id = r.nameId WHERE s.value LIKE '%ynchronize%' AND r.end >= r.start")
             if SYNC_CALL.match(str(name))]
+    instances: dict[str, dict[str, Any]] = {}
+    if all(c in kcols for c in _DIMS):
+        instances = launch_instances(con.execute(
+            f"SELECT {name_sql}, {', '.join('k.' + c for c in _DIMS)}, k.end - k.start "
+            # GPU order: one stream's is its launch order, which is what ncu counts.
+            f"FROM {_KERNEL} AS k {join} WHERE k.end > k.start ORDER BY k.start"))
     return {"kernels": kernels, "kernel_count": sum(k["calls"] for k in kernels),
-            "devices": len(spans), **stats, **sync_stats(spans, syncs)}
+            "devices": len(spans), "instances": instances, **stats,
+            **sync_stats(spans, syncs)}
+
+
+def ncu_dims(text: Any) -> list[Any]:
+    """``[x, y, z]`` of ncu's ``(262144, 1, 1)`` (Grid Size, Block Size); ``[None] * 3``
+    for anything else."""
+    m = re.fullmatch(r"\((\d{1,10}), (\d{1,10}), (\d{1,10})\)", str(text or "").strip())
+    return [int(v) for v in m.groups()] if m else [None] * 3
+
+
+def launch_instances(launches: Iterable[Sequence[Any]]) -> dict[str, dict[str, Any]]:
+    """``{name: {"grid", "block", "launch_skip"}}`` from launches in launch order (``name,
+    gridX, gridY, gridZ, blockX, blockY, blockZ, ns``: an nsys export's, ncu's): each kernel's
+    launch configuration that took most of its time, and its launches before the first
+    of it (the ``--launch-skip`` that brings ncu there). A launch with dimensions no GPU
+    runs (0, negative, not integers) counts but names no configuration."""
+    seen: dict[str, int] = {}
+    first: dict[str, dict[tuple[str, str], int]] = {}
+    took: dict[str, dict[tuple[str, str], float]] = {}
+    for name, gx, gy, gz, bx, by, bz, ns in launches:
+        key = str(name)
+        index = seen.get(key, 0)
+        seen[key] = index + 1
+        dims = [gx, gy, gz, bx, by, bz]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 32
+                   for v in dims):
+            continue
+        config = ("(%d, %d, %d)" % tuple(dims[:3]), "(%d, %d, %d)" % tuple(dims[3:]))
+        first.setdefault(key, {}).setdefault(config, index)
+        per = took.setdefault(key, {})
+        per[config] = per.get(config, 0.0) + float(ns or 0)
+    out: dict[str, dict[str, Any]] = {}
+    for key, per in took.items():
+        # dicts keep first-seen order, so a tie goes to the configuration seen first.
+        config = max(per.items(), key=lambda kv: kv[1])[0]
+        out[key] = {"grid": config[0], "block": config[1], "launch_skip": first[key][config]}
+    return out
 
 
 def sync_stats(spans: Mapping[int, tuple[int, int]], syncs: list[tuple[int, int]] | None

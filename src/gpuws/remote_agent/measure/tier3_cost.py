@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..safefiles import read_json_dict, write_json_best_effort
+from ..verdicts import kernelnames
 
 #: Replay passes measured per section list (ncu 2025.3.1, H200; docs/performance.md).
 DEFAULT_PASSES = 27
@@ -307,10 +309,12 @@ def cheaper_plans(spec: Dict[str, Any], est: Dict[str, Any],
             seconds(ncu_set=None, ncu_sections=["SpeedOfLight"])))
     rows = matching(table, regex)
     if table and rows is not None and len({r.get("name") for r in rows}) > 1:
-        top = str(table[0].get("name") or "").split("(")[0]
-        narrow = "^" + re.escape(top)
-        out.append("--kernel-regex '%s' (Tier 2's top kernel alone): about %.0f s" % (
-            narrow, seconds(_regex=narrow)))
+        # Written as Tier 3 writes its own filter: ncu spells the kernel otherwise than
+        # Tier 2 does (``elementwise_kernel<(int)128, …`` for torch's ``<128, …``), so
+        # Tier 2's name taken literally would match nothing ncu lists.
+        narrow = kernelnames.ncu_regex(str(table[0].get("name") or ""))
+        out.append("--kernel-regex %s (Tier 2's top kernel alone): about %.0f s" % (
+            shlex.quote(narrow), seconds(_regex=narrow)))
     return out
 
 

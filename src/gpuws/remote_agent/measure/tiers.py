@@ -640,15 +640,17 @@ def tier2_nsys(ctx: "RunContext", pod: Pod, nsys: str, target: List[str], python
             continue
         if rows:
             extra: Dict[str, Any] = {}
+            instances: Dict[str, Dict[str, Any]] = {}
             sqlite = base + ".sqlite"
             if os.path.exists(sqlite):
                 try:
                     tl = parse_nsys_sqlite(sqlite)
                     extra = {k: tl.get(k) for k in TIMELINE_KEYS}
+                    instances = tl.get("instances") or {}
                 except (ValueError, OSError):
                     pass
             ctx.announce_artifacts()
-            return rank_kernels(rows), extra
+            return with_instances(rank_kernels(rows), instances), extra
     # nsys stats runs its reports under the pod's python3 with modules a distribution may
     # package apart (Debian's nsysstats): the export the profile left is the same data.
     sqlite = base + ".sqlite"
@@ -664,7 +666,16 @@ def tier2_nsys(ctx: "RunContext", pod: Pod, nsys: str, target: List[str], python
     ctx.emit(wire.make("log", level="info", message=(
         "nsys stats gave no table; the kernel table is read from nsys's SQLite export")))
     ctx.announce_artifacts()
-    return rank_kernels(tl["kernels"]), {k: tl.get(k) for k in ("gpu_idle_pct", "memcpy_pct")}
+    return (with_instances(rank_kernels(tl["kernels"]), tl.get("instances") or {}),
+            {k: tl.get(k) for k in ("gpu_idle_pct", "memcpy_pct")})
+
+
+def with_instances(rows: List[Dict[str, Any]], instances: Dict[str, Dict[str, Any]]
+                   ) -> List[Dict[str, Any]]:
+    """``rows`` with the instance of each (grid, block, launch_skip) nsys's export gave."""
+    for row in rows:
+        row.update(instances.get(str(row["name"])) or {})
+    return rows
 
 
 def keep_nsys_trace(ctx: "RunContext", sqlite: str) -> None:
@@ -690,7 +701,7 @@ def tier2_ncu(ctx: "RunContext", ncu: str, target: List[str], python: bool,
               tried: List[str]) -> Optional[List[Dict[str, Any]]]:
     from ..profilers.ncu_reader import read_raw_csv
     from ..safefiles import read_regular
-    from .tier2_parse import rank_kernels
+    from .tier2_parse import launch_instances, ncu_dims, rank_kernels
 
     # ncu's own output (the CSV page, its ==PROF== lines) goes to a file, so stdout carries
     # only the workload's, shown under Tier 2 as every other tier shows it; mixed in with
@@ -717,6 +728,7 @@ def tier2_ncu(ctx: "RunContext", ncu: str, target: List[str], python: bool,
     except OSError:
         text = ""
     launches = read_raw_csv(text) if res.returncode == 0 else []
+    launches.sort(key=lambda x: int(x.get("launch") or 0))  # ncu's ID: its launch order
     totals: Dict[str, Dict[str, Any]] = {}
     for launch in launches:
         dur = (launch.get("metrics") or {}).get("duration_ns")
@@ -729,7 +741,10 @@ def tier2_ncu(ctx: "RunContext", ncu: str, target: List[str], python: bool,
     if not totals:
         tried.append("ncu pass: no kernel durations (exit %d)" % res.returncode)
         return None
-    return rank_kernels(list(totals.values()))
+    instances = launch_instances(
+        [x["kernel"], *ncu_dims(x.get("grid")), *ncu_dims(x.get("block")),
+         (x.get("metrics") or {}).get("duration_ns")] for x in launches)
+    return with_instances(rank_kernels(list(totals.values())), instances)
 
 
 # ----------------------------------------------------------------------------- tier 3
@@ -790,18 +805,26 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
         return True
     # The kernel Tier 2 chose, when Tier 3 is to profile it (None: the person's regex).
     chosen_name: Optional[str] = None
+    # The launches of it ncu skips to reach the instance Tier 2 chose (None: the spec's).
+    skip: Optional[int] = None
+    # Its row of Tier 2's table: the instance Tier 2 saw most of it run as.
+    chosen_row: Optional[Dict[str, Any]] = None
     if not regex and table:
         chosen_name = tier3_choice(ctx, table)
+        chosen_row = next((r for r in table if str(r["name"]) == chosen_name), None)
     if chosen_name is not None:
         # Every spelling of it (torch.profiler's, nsys's, ncu's), and no sibling instance.
         regex = kernelnames.ncu_regex(chosen_name)
-    estimate = tier3_estimate(ctx, table, regex, measured or {})
+    if chosen_row is not None:
+        skip = instance_skip(ctx, chosen_row)
+    estimate = tier3_estimate(ctx, table, regex, measured or {}, launch_skip=skip)
     tier3_budget(ctx, estimate, t0)
     excluded: List[str] = []
     report = os.path.join(ctx.artifact_dir, "profile")
     name_base = "demangled"
     ncu, sel, res, parser = run_ncu(ctx, pod, target, regex, name_base, report, excluded,
-                                    python=python, estimate=estimate, rank=rank)
+                                    python=python, estimate=estimate, rank=rank,
+                                    launch_skip=skip)
     if ncu is None:
         return no_ncu(ctx, sel, t0)
     assert res is not None and parser is not None
@@ -811,15 +834,23 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
         # name alone agrees) is another kernel, and profiling it would answer another
         # question.
         if listed is not None and grade in (kernelnames.EXACT, kernelnames.TEMPLATE):
-            # ncu spells the kernel some way the regex did not foresee: profile it by the
-            # name ncu itself listed, in the same run, and say so.
-            regex, name_base = retarget(listed)
-            ctx.emit(wire.make("log", level="info", message=(
-                "ncu names it `%s`: profiled that (Tier 2's `%s` matched none of its "
-                "kernels as spelled)" % (shown(listed), shown(chosen_name)))))
+            if skip is not None and safe_search(regex, listed):
+                # The filter took ncu's name: it was the skip that went past every launch
+                # (this run launched fewer of it than Tier 2's profile saw).
+                ctx.emit(wire.make("log", level="warning", message=(
+                    "ncu saw fewer than %d launches of `%s`: profiled its first launch "
+                    "instead of the one Tier 2 chose" % (skip + 1, shown(chosen_name)))))
+                skip = None
+            else:
+                # ncu spells the kernel some way the regex did not foresee: profile it by
+                # the name ncu itself listed, in the same run, and say so.
+                regex, name_base = retarget(listed)
+                ctx.emit(wire.make("log", level="info", message=(
+                    "ncu names it `%s`: profiled that (Tier 2's `%s` matched none of its "
+                    "kernels as spelled)" % (shown(listed), shown(chosen_name)))))
             ncu, sel, res, parser = run_ncu(ctx, pod, target, regex, name_base, report,
                                             excluded, python=python, estimate=estimate,
-                                            rank=rank)
+                                            rank=rank, launch_skip=skip)
             if ncu is None:
                 return no_ncu(ctx, sel, t0)
             assert res is not None and parser is not None
@@ -878,10 +909,13 @@ def tier3(ctx: "RunContext", pod: Pod, target: List[str], table: Optional[List[D
         ctx.emit(kernel_metrics_event(launch))
     if chosen_name is not None and launches:
         profiled_what(ctx, chosen_name, [str(x.get("kernel") or "") for x in launches])
+        if chosen_row is not None:
+            profiled_instance(ctx, chosen_row, launches[0])
     if launches:
         ctx.emit(rule_findings_event(launches))
         findings.after_tier3(ctx, launches, table, regex,
-                             findings.sm_count_of(pod.facts, run_gpu_index(ctx)))
+                             findings.sm_count_of(pod.facts, run_gpu_index(ctx)),
+                             launch_skip=skip)
     ctx.announce_artifacts()
     passes = sum(int(p.get("passes") or 0) for p in parser.profiled)
     learn_passes(ctx, parser.profiled)
@@ -911,13 +945,54 @@ def profiled_what(ctx: "RunContext", chosen: str, profiled: List[str]) -> None:
            if kernelnames.BASE in grades else ""))))
 
 
+def instance_skip(ctx: "RunContext", row: Dict[str, Any]) -> Optional[int]:
+    """The ``--launch-skip`` that brings ncu to the instance of ``row`` Tier 2 chose (the
+    launch configuration that took most of its time, :mod:`.trace_analysis`), and a line
+    saying so; None where that is its first launch, the profile did not say, or the
+    person chose a skip.
+
+    Tier 2 counts the kernel's own launches because ncu's ``--launch-skip`` counts only
+    the launches its ``-k`` filter matched (``--launch-skip-before-match`` is the one that
+    counts every launch: ``ncu --help``, and the CLI's filter examples)."""
+    got = row.get("launch_skip")
+    if ctx.spec.get("launch_skip") or not isinstance(got, int) or isinstance(got, bool) \
+            or got <= 0:
+        return None
+    ctx.emit(wire.make("log", level="info", message=(
+        "profiling launch %d of `%s`: grid %s, block %s, the launch configuration that "
+        "took most of its time in Tier 2" % (got + 1, shown(str(row["name"])),
+                                              row.get("grid"), row.get("block")))))
+    return got
+
+
+def profiled_instance(ctx: "RunContext", row: Dict[str, Any], launch: Dict[str, Any]) -> None:
+    """Say when the launch ncu profiled ran with another configuration than the one Tier 2
+    chose (a run that launches differently from the profiled one)."""
+    want, got = (row.get("grid"), row.get("block")), (launch.get("grid"), launch.get("block"))
+    if None in want or None in got or want == got:
+        return
+    ctx.emit(wire.make("log", level="warning", message=(
+        "ncu profiled `%s` with grid %s, block %s; Tier 2 chose grid %s, block %s: give "
+        "--launch-skip to pick the launch" % (shown(str(row["name"])), got[0], got[1],
+                                               want[0], want[1]))))
+
+
+def safe_search(regex: Optional[str], name: str) -> bool:
+    """Whether ``regex`` finds ``name`` (False for a regex Python cannot read)."""
+    try:
+        return re.search(regex or ".*", name) is not None
+    except re.error:
+        return False
+
+
 def run_ncu(ctx: "RunContext", pod: Pod, target: List[str], regex: Optional[str],
             name_base: str, report: str, excluded: List[str], *, python: bool,
-            estimate: Dict[str, Any], rank: Optional[int] = None
+            estimate: Dict[str, Any], rank: Optional[int] = None,
+            launch_skip: Optional[int] = None
             ) -> Tuple[Optional[str], Dict[str, Any], Optional[procs.ProcResult], Any]:
     """One targeted ncu profile, stepping back one ncu release while one says the driver
     is not compatible (``excluded`` grows); with ``rank``, only that rank's process
-    (:func:`.torch_profile.prepare_rank`).
+    (:func:`.torch_profile.prepare_rank`); ``launch_skip`` in place of the spec's.
 
     Returns:
         (the ncu that ran, the selection, its result, its :class:`NcuConsoleParser`);
@@ -934,7 +1009,8 @@ def run_ncu(ctx: "RunContext", pod: Pod, target: List[str], regex: Optional[str]
             return None, sel, None, None
         argv = build_ncu_argv(
             str(ncu), report_path=report, target_argv=target, kernel_regex=regex,
-            launch_skip=int(ctx.spec.get("launch_skip") or 0),
+            launch_skip=int(ctx.spec.get("launch_skip") or 0) if launch_skip is None
+            else launch_skip,
             launch_count=int(ctx.spec.get("launch_count") or 1),
             ncu_set=ctx.spec.get("ncu_set"),
             sections=ctx.spec.get("ncu_sections") or (None if ctx.spec.get("ncu_set")
@@ -1010,9 +1086,11 @@ def shown(name: str, limit: int = 60) -> str:
 
 
 def tier3_estimate(ctx: "RunContext", table: Optional[List[Dict[str, Any]]],
-                   regex: Optional[str], measured: Dict[str, Any]) -> Dict[str, Any]:
+                   regex: Optional[str], measured: Dict[str, Any],
+                   launch_skip: Optional[int] = None) -> Dict[str, Any]:
     """The ``protocol.Tier3Estimate`` dict of this run's Tier-3 plan, with cheaper plans
-    (the pass count this pod learnt for the plan where it has one)."""
+    (the pass count this pod learnt for the plan where it has one; ``launch_skip`` in
+    place of the spec's)."""
     from ..profilers.ncu_cmd import DEFAULT_SECTIONS
     from . import tier3_cost
 
@@ -1023,9 +1101,10 @@ def tier3_estimate(ctx: "RunContext", table: Optional[List[Dict[str, Any]]],
                               ctx.spec.get("ncu_sections"), DEFAULT_SECTIONS)
     inputs["passes_here"] = tier3_cost.learnt(runs.cache_root()).get(key)
     inputs["start_here"] = tier3_cost.learnt_start(runs.cache_root())
-    est = tier3_cost.estimate(ctx.spec, table, regex, default_sections=DEFAULT_SECTIONS,
+    spec = ctx.spec if launch_skip is None else dict(ctx.spec, launch_skip=launch_skip)
+    est = tier3_cost.estimate(spec, table, regex, default_sections=DEFAULT_SECTIONS,
                               **inputs)
-    est["cheaper"] = tier3_cost.cheaper_plans(ctx.spec, est, table, regex,
+    est["cheaper"] = tier3_cost.cheaper_plans(spec, est, table, regex,
                                               default_sections=DEFAULT_SECTIONS, **inputs)
     return est
 

@@ -28,7 +28,7 @@ from .tier2_parse import (
 )
 from .timeline_trace import Merger
 from .torch_inject import DIR_ENV
-from .trace_analysis import analyse
+from .trace_analysis import INSTANCE_KEYS, analyse
 
 #: The most bytes of traces and tables read back (all processes together). A Chrome
 #: trace takes about 300 B per kernel; this is ~1.5 M kernels, and json.load of it a
@@ -199,9 +199,14 @@ def _from_analyses(procs: List[Dict[str, Any]]) -> Dict[str, Any]:
             if row.get("code") and (best is None or row["calls"] > best[0]):
                 codes[row["name"]] = (row["calls"], row["code"])
     rows = rank_kernels(r for p in procs for r in p["kernels"])
+    # The instance (launch configuration, launches to skip) is one process's: the main
+    # one's, the rank Tier 3 profiles by default.
+    instances = {r["name"]: r for r in main["kernels"] if "launch_skip" in r}
     for row in rows:
         if row["name"] in codes:
             row["code"] = codes[row["name"]][1]
+        if row["name"] in instances:
+            row.update({k: instances[row["name"]][k] for k in INSTANCE_KEYS})
     comms = [p["comm"] for p in procs if p.get("comm")]
     comm = None
     if comms:

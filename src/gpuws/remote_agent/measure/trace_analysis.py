@@ -80,6 +80,8 @@ MIN_STEPS = 3
 MAX_ROWS = 200
 #: Python functions and sync sites listed as evidence.
 TOP_SITES = 5
+#: What a kernel row says of the instance Tier 3 profiles (``protocol.KernelRow``).
+INSTANCE_KEYS = ("grid", "block", "launch_skip")
 
 
 def frame_label(name: str) -> str:
@@ -103,10 +105,10 @@ def is_code(name: str) -> bool:
 
 
 class _Kernel:
-    __slots__ = ("code", "corr", "device", "end", "launch_ts", "name", "start")
+    __slots__ = ("code", "config", "corr", "device", "end", "launch_ts", "name", "start")
 
-    def __init__(self, name: str, start: int, end: int, device: int, corr: Optional[int]
-                 ) -> None:
+    def __init__(self, name: str, start: int, end: int, device: int, corr: Optional[int],
+                 config: Optional[Tuple[str, str]] = None) -> None:
         self.name = name
         self.start = start
         self.end = end
@@ -114,6 +116,19 @@ class _Kernel:
         self.corr = corr
         self.launch_ts: Optional[int] = None
         self.code: Optional[str] = None
+        #: (grid, block) as ncu writes them, ``("(8, 1, 1)", "(128, 1, 1)")``.
+        self.config = config
+
+
+def dims(value: Any) -> Optional[str]:
+    """kineto's ``args.grid``/``args.block`` (``[8, 1, 1]``) as ncu writes a launch's Grid
+    Size and Block Size (``(8, 1, 1)``); None for anything else."""
+    if not isinstance(value, list) or len(value) != 3:
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 32
+               for v in value):
+        return None  # CUDA's limits: 2^31-1 blocks in x, 65535 in y and z, 1024 threads
+    return "(%d, %d, %d)" % tuple(value)
 
 
 def _ns(value: Any) -> int:
@@ -167,7 +182,10 @@ def analyse(trace: Mapping[str, Any]) -> Dict[str, Any]:
         if cat == "kernel":
             if end > start:
                 device = _int(args.get("device", ev.get("pid"))) or 0
-                kernels.append(_Kernel(name, start, end, device, _int(args.get("correlation"))))
+                grid, block = dims(args.get("grid")), dims(args.get("block"))
+                kernels.append(_Kernel(name, start, end, device, _int(args.get("correlation")),
+                                       None if grid is None or block is None
+                                       else (grid, block)))
         elif cat in ("gpu_memcpy", "memcpy", "gpu_memset", "memset"):
             if end > start:
                 copies.append((_int(args.get("device", ev.get("pid"))) or 0, start, end,
@@ -230,7 +248,7 @@ def analyse(trace: Mapping[str, Any]) -> Dict[str, Any]:
     comm = _comm(chosen, ops + [(a, b, t, n) for a, b, t, n in notes], lo, hi)
     # bounds_ns: the judged span in the trace's own clock, for the merged timeline
     # trace (timeline_trace), which marks it; the kernel table never carries it.
-    return {"kernels": _rows(chosen), **figures, "window": window, "host": host,
+    return {"kernels": _rows(chosen, kernels), **figures, "window": window, "host": host,
             "comm": comm, "rank": rank, "bounds_ns": (lo, hi) if window is not None else None}
 
 
@@ -241,22 +259,53 @@ def _rank_of(trace: Mapping[str, Any]) -> Optional[int]:
     return None
 
 
-def _rows(kernels: List[_Kernel]) -> List[Dict[str, Any]]:
-    """Ranked rows of ``kernels``, each with the code that launched it most."""
+def _rows(kernels: List[_Kernel], every: List[_Kernel]) -> List[Dict[str, Any]]:
+    """Ranked rows of ``kernels`` (the window), each with the code that launched it most
+    and its instance (:func:`_instances`; ``every`` is the whole trace in launch order)."""
     acc: Dict[str, List[Any]] = {}
     for k in kernels:
-        entry = acc.setdefault(k.name, [0, 0, Counter()])
+        entry = acc.setdefault(k.name, [0, 0, Counter(), Counter()])
         entry[0] += 1
         entry[1] += k.end - k.start
         if k.code:
             entry[2][k.code] += 1
+        if k.config is not None:
+            entry[3][k.config] += k.end - k.start
     rows = rank_kernels({"name": n, "calls": c, "total_ns": float(t)}
-                        for n, (c, t, _codes) in acc.items())
-    for row in rows[:MAX_ROWS]:
-        codes = acc[row["name"]][2]
+                        for n, (c, t, _codes, _configs) in acc.items())
+    rows = rows[:MAX_ROWS]
+    chosen: Dict[str, Tuple[str, str]] = {}
+    for row in rows:
+        codes, configs = acc[row["name"]][2], acc[row["name"]][3]
         if codes:
             row["code"] = codes.most_common(1)[0][0]
-    return rows[:MAX_ROWS]
+        if configs:
+            # Counter keeps first-seen order, so a tie goes to the configuration seen first.
+            chosen[row["name"]] = max(configs.items(), key=lambda kv: kv[1])[0]
+    skips = _instances(every, chosen)
+    for row in rows:
+        if row["name"] in skips:  # every window launch is in the trace: always, for one
+            row["grid"], row["block"] = chosen[row["name"]]
+            row["launch_skip"] = skips[row["name"]]
+    return rows
+
+
+def _instances(every: List[_Kernel], chosen: Mapping[str, Tuple[str, str]]) -> Dict[str, int]:
+    """For each kernel name, its launches before the first one of the chosen launch
+    configuration, counting from the trace's first launch: what ncu's ``--launch-skip``
+    (which counts only launches its ``-k`` filter matched) must skip to profile that
+    instance, where the trace began where ncu's count begins."""
+    seen: Dict[str, int] = {}
+    skips: Dict[str, int] = {}
+    for k in every:
+        want = chosen.get(k.name)
+        if want is None or k.name in skips:
+            continue
+        if k.config == want:
+            skips[k.name] = seen.get(k.name, 0)
+        else:
+            seen[k.name] = seen.get(k.name, 0) + 1
+    return skips
 
 
 def _timeline(chosen: List[_Kernel], copies: List[Tuple[int, int, int, str]],
