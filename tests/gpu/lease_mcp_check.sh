@@ -30,7 +30,7 @@ if [[ " $PARTS " == *" mcp "* ]]; then
   R[mcp]="rc=$? $((SECONDS - t0))s"; echo "mcp: ${R[mcp]}"; tail -15 "$OUT/logs/mcp.log"
 fi
 [ -n "${E2E_S:-}" ] && t e2e "$E2E_S" -s -W ignore::RuntimeWarning tests/gpu/test_gpu_e2e.py
-[ -n "${EXTRA:-}" ] && t extra 150 -s -W ignore::RuntimeWarning $EXTRA
+[ -n "${EXTRA:-}" ] && t extra ${EXTRA_S:-150} -s -W ignore::RuntimeWarning $EXTRA
 cat "$OUT/logs/mcp/figures.md" 2>/dev/null | head -30
 tar -czf "$OUT/lease_mcp.tar.gz" -C "$OUT" logs && rm -rf "$OUT/logs"
 echo "== summary"; for k in "${!R[@]}"; do echo "$k ${R[$k]}"; done
