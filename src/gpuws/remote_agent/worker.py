@@ -11,7 +11,7 @@ import stat
 import sys
 import time
 import traceback
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from . import procs, runs, wire
 from .pod import gpusel
@@ -33,7 +33,16 @@ class RunContext:
     def __init__(self, run_id: str, spec: Dict[str, Any], emit: Emit) -> None:
         self.run_id = run_id
         self.spec = spec
-        self.emit = emit
+        #: How each measuring tier (1-3) ended: (status, reason), as its tier_finished said.
+        self.tier_ends: Dict[int, Tuple[str, str]] = {}
+
+        def emit_noting(event: Dict[str, Any]) -> None:
+            if event.get("type") == "tier_finished" and event.get("tier") in (1, 2, 3):
+                self.tier_ends[int(event["tier"])] = (str(event.get("status")),
+                                                      str(event.get("reason") or ""))
+            emit(event)
+
+        self.emit = emit_noting
         self.run_dir = runs.run_dir(run_id)
         self.artifact_dir = os.path.join(self.run_dir, "artifacts")
         self.env = dict(os.environ)
@@ -328,6 +337,12 @@ def main(run_id: str) -> int:
                 status, error = "cancelled", "cancelled by request"
             elif ctx.exit_code not in (None, 0):
                 status, error = "failed", "the workload exited with code %s" % ctx.exit_code
+            elif every_tier_failed(ctx.tier_ends):
+                # Nothing asked for was measured (a workload that raises in every tier):
+                # not an "ok" run with an exit status of 0.
+                status, error = "failed", "every tier failed: " + "; ".join(
+                    "Tier %d: %s" % (t, why or "failed")
+                    for t, (_, why) in sorted(ctx.tier_ends.items()))[:1000]
         except Exception as exc:
             status = "cancelled" if procs.CANCELLED["flag"] else "failed"
             # A WorkloadError is already a sentence for people; anything else keeps its type.
@@ -360,6 +375,11 @@ def main(run_id: str) -> int:
     log.close()
     _log(failure)
     return 0 if status == "ok" else 1
+
+
+def every_tier_failed(ends: Dict[int, Tuple[str, str]]) -> bool:
+    """Whether the measuring tiers that ran all failed (none ok, fell back or skipped)."""
+    return bool(ends) and all(status == "failed" for status, _ in ends.values())
 
 
 def _log(text: str) -> None:
