@@ -16,22 +16,19 @@ import torch
 
 SMALL, BIG = 1 << 12, 1 << 24
 SMALL_CALLS, BIG_CALLS = 3, 8
-_state: dict = {}
 
 
-def setup() -> None:
-    _state["small"] = torch.empty(SMALL, device="cuda")
-    _state["big"] = torch.empty(BIG, device="cuda")
+def setup() -> dict:
+    return {"small": torch.empty(SMALL, device="cuda"), "big": torch.empty(BIG, device="cuda")}
 
 
-def run() -> None:
+def run(state: dict) -> None:
     for _ in range(SMALL_CALLS):
-        _state["small"].mul_(2.0)
+        state["small"].mul_(2.0)
     for _ in range(BIG_CALLS):
-        _state["big"].mul_(2.0)
+        state["big"].mul_(2.0)
 
 
 if __name__ == "__main__":
-    setup()
-    run()
+    run(setup())
     torch.cuda.synchronize()
