@@ -123,7 +123,7 @@ def test_a_failed_run_says_why_on_stderr_with_exit_7() -> None:
     assert res.returncode == 7, (res.stdout, res.stderr)
     assert "started" in res.stdout  # the run's own output stays on stdout
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuws: ")]
-    assert len(lines) == 1 and "Run failed: run " in lines[0] and " failed: " in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("gpuws: Run ") and " failed: " in lines[0]
     assert "Traceback" not in res.stderr
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shlex
 import signal
 import sys
 from typing import Any
@@ -71,6 +72,11 @@ class Printer:
         self._modes: dict[str, str] = {}
         #: Per run: Tier 3's estimate, set beside the time Tier 3 took.
         self._estimates: dict[str, protocol.Tier3Estimate] = {}
+        #: Per run: error diagnoses held until the run's next event, which says whether
+        #: they are why the run failed (said once then, in the closing ``gpuws:`` line).
+        self._held: dict[str, list[protocol.Diagnosis]] = {}
+        #: Per run: the diagnosis whose cause the run's failure repeats, for that line.
+        self.fatal: dict[str, protocol.Diagnosis] = {}
 
     def batch(self, batch: Batch) -> None:
         """The engine's ``on_batch``: print each event not printed before."""
@@ -100,9 +106,57 @@ class Printer:
         # One line each, unwrapped: a script reads them line by line.
         self.err.print(Text(f"gpuws: {notice.message}", style=style), soft_wrap=True)
 
+    def release(self) -> None:
+        """Print the diagnoses still held (the command ends before their run did)."""
+        for held in self._held.values():
+            for diagnosis in held:
+                self._diagnosis(diagnosis)
+        self._held.clear()
+
+    def _hold(self, ev: protocol.Events) -> bool:
+        """Hold an error diagnosis back, or settle the held ones at the run's next event.
+
+        "No GPU on the pod: …" came three times when it ended the run: the diagnosis, the
+        run's last line and the closing ``gpuws:`` line (issue 34, finding 14). A held
+        diagnosis that the failure repeats is said once, by the closing line with its
+        remedies; any other is printed before the event that follows it.
+
+        Returns:
+            True when ``ev`` itself was held (nothing to print now).
+        """
+        if self.as_json:
+            return False
+        rid = ev.run_id or ""
+        if isinstance(ev, protocol.Diagnosis) and ev.severity == "error":
+            self._held.setdefault(rid, []).append(ev)
+            return True
+        held = self._held.pop(rid, [])
+        if isinstance(ev, protocol.RunFinished) and ev.status != "ok" and ev.error:
+            said = [d for d in held if d.cause and d.cause in ev.error]
+            if said:
+                self.fatal[rid] = said[0]
+                held = [d for d in held if d is not said[0]]
+        for diagnosis in held:
+            self._diagnosis(diagnosis)
+        return False
+
+    def _diagnosis(self, ev: protocol.Diagnosis) -> None:
+        o = self.out
+        colour = {"error": "red", "warning": "yellow"}.get(ev.severity, "blue")
+        o.print(Text.assemble(("! ", colour + " bold"), safe(ev.title, colour + " bold"),
+                              ": ", safe(ev.cause)))
+        if ev.meaning:
+            o.print(Text.assemble("  ", safe(ev.meaning)))
+        for remedy in ev.remedies:
+            o.print(Text.assemble("  → ", safe(remedy)))
+        if ev.unmeasured:
+            o.print(Text.assemble("  not measured: ", safe(", ".join(ev.unmeasured))))
+
     def show(self, ev: protocol.Events) -> None:
         if not isinstance(ev, protocol.Output):
             self._flush_lines()  # what the run printed comes before what follows it
+        if self._hold(ev):
+            return
         if isinstance(ev, protocol.RunStarted):
             self.warn_busy(ev)  # on stderr, so also beside --json's NDJSON
         if self.as_json:
@@ -117,7 +171,9 @@ class Printer:
             case protocol.TierStarted():
                 line = Text.assemble((f"▶ tier {ev.tier} ", "cyan"), safe(ev.name))
                 if ev.argv:
-                    line.append_text(safe("  $ " + " ".join(ev.argv), "dim"))
+                    # Quoted as a shell reads it (as the export does): `sh -c sleep 5; echo`
+                    # read as two commands (issue 34, finding 24).
+                    line.append_text(safe("  $ " + shlex.join(ev.argv), "dim"))
                 o.print(line)
                 if ev.estimate is not None:
                     self._estimates[ev.run_id or ""] = ev.estimate
@@ -177,15 +233,7 @@ class Printer:
                     f"smem/block, {humanfmt.size(ev.local_mem_per_thread)} local, theoretical "
                     f"occupancy {humanfmt.pct(occ, 0)} (", safe(ev.limiter or "—"), ")"))
             case protocol.Diagnosis():
-                colour = {"error": "red", "warning": "yellow"}.get(ev.severity, "blue")
-                o.print(Text.assemble(("! ", colour + " bold"), safe(ev.title, colour + " bold"),
-                                      ": ", safe(ev.cause)))
-                if ev.meaning:
-                    o.print(Text.assemble("  ", safe(ev.meaning)))
-                for remedy in ev.remedies:
-                    o.print(Text.assemble("  → ", safe(remedy)))
-                if ev.unmeasured:
-                    o.print(Text.assemble("  not measured: ", safe(", ".join(ev.unmeasured))))
+                self._diagnosis(ev)
             case protocol.Artifact():
                 o.print(Text.assemble("  artifact ", safe(ev.name),
                                       f" ({humanfmt.size(ev.size)}, sha256 "
@@ -202,11 +250,10 @@ class Printer:
                     self._print_line(joined)
                 self._flush_lines()
                 colour = "green" if ev.status == "ok" else "red"
-                line = Text.assemble((f"run {ev.status}", colour + " bold"),
-                                     f" in {humanfmt.duration(ev.wall_s)}")
-                if ev.error:
-                    line.append_text(Text.assemble(" — ", safe(ev.error)))
-                o.print(line)
+                # Why it failed is not repeated here: the closing `gpuws:` line on stderr
+                # (finish_run) says it, with its remedy.
+                o.print(Text.assemble((f"run {ev.status}", colour + " bold"),
+                                      f" in {humanfmt.duration(ev.wall_s)}"))
             case _:
                 pass
 
@@ -415,8 +462,20 @@ class _PullBar:
 
 
 async def finish_run(args: argparse.Namespace, engine: Engine, run_id: str,
-                     fin: protocol.RunFinished) -> int:
-    """After a run: its pulled artifacts, the baseline comparison and the gate."""
+                     fin: protocol.RunFinished, printer: Printer | None = None) -> int:
+    """After a run: its pulled artifacts, the baseline comparison and the gate.
+
+    Args:
+        args: the command's arguments (``--json``, ``--baseline``, ``--fail-if-slower``).
+        engine: the engine that followed the run.
+        run_id: the run.
+        fin: how it ended.
+        printer: the printer that showed it, which knows the diagnosis (if any) that
+            the failure repeats: its remedies close the failure's line.
+
+    Returns:
+        The command's exit status.
+    """
     # With --json, stdout is NDJSON alone (a script parses every line): people's lines go
     # to stderr.
     out = console(stderr=bool(getattr(args, "json", False)))
@@ -427,10 +486,16 @@ async def finish_run(args: argparse.Namespace, engine: Engine, run_id: str,
     if code:
         # As every failure: one line on stderr with the exit code, whatever stdout showed.
         why = visible(fin.error, 300) if fin.error else f"it ended {fin.status}"
+        said = printer.fatal.get(run_id) if printer is not None else None
+        remedy = "`gpuws export` or `gpuws history` shows what it recorded"
+        if said is not None and said.remedies:
+            # The diagnosis's remedies, but not one the error already ends with.
+            remedy = "; ".join(visible(r, 300) for r in said.remedies
+                               if visible(r, 300) not in why)
+        # "Run ID failed: cause — remedy": the title carries the id, so nothing stutters
+        # ("Run failed: run ID failed: …").
         sys.stderr.write("gpuws: " + RunError(
-            f"run {run_id} {fin.status}: {why}",
-            remedy="`gpuws export` or `gpuws history` shows what it recorded").one_line()
-            + "\n")
+            why, title=f"Run {run_id} {fin.status}", remedy=remedy).one_line() + "\n")
     if outcome.error is not None:
         code = code or outcome.error.exit_code
     if getattr(args, "baseline", None):
@@ -451,7 +516,8 @@ async def finish_run(args: argparse.Namespace, engine: Engine, run_id: str,
     return code
 
 
-async def _follow(args: argparse.Namespace, engine: Engine, run_id: str) -> int:
+async def _follow(args: argparse.Namespace, engine: Engine, printer: Printer,
+                  run_id: str) -> int:
     """Wait for the run (through reconnects), then pull and compare; Ctrl-C detaches."""
     try:
         fin = await engine.wait_finished(run_id)
@@ -468,7 +534,7 @@ async def _follow(args: argparse.Namespace, engine: Engine, run_id: str) -> int:
         raise ConnectError(exc.message, title=exc.title,
                            remedy=f"{visible(target_of(args).command('attach', run_id))} "
                                   f"(resumes after event {last})") from exc
-    return await finish_run(args, engine, run_id, fin)
+    return await finish_run(args, engine, run_id, fin, printer)
 
 
 def _on_sigterm(task: asyncio.Task[Any] | None) -> None:
@@ -516,8 +582,9 @@ async def run(args: argparse.Namespace) -> int:
             if not args.json:
                 sys.stdout.write(info.run_id + "\n")
             return 0
-        return await _follow(args, engine, info.run_id)
+        return await _follow(args, engine, printer, info.run_id)
     finally:
+        printer.release()
         await engine.close()
         await engine.store.close()
 
@@ -540,8 +607,9 @@ async def attach(args: argparse.Namespace) -> int:
             if stored:
                 raise  # the laptop holds it and the pod lost it (a reboot): not a typo
             raise unknown_run(args.run_id, args.host) from exc
-        return await _follow(args, engine, run_id)
+        return await _follow(args, engine, printer, run_id)
     finally:
+        printer.release()
         await engine.close()
         if refused is not None:
             sid = refused
