@@ -79,7 +79,9 @@ def test_attach_and_cancel_of_an_unknown_id_are_usage_errors_that_leave_no_sessi
         ssh_config: Path) -> None:
     for verb in ("attach", "cancel"):
         line = one_clean_line(gpuws(verb, "pod", "nosuchrun", "-F", str(ssh_config)), 2)
-        assert "no run nosuchrun on pod" in line and "gpuws runs pod" in line, line
+        # The hint carries the -F the pod was reached with (issue 34): pasted, it works.
+        assert "no run nosuchrun on pod" in line, line
+        assert f"`gpuws runs -F {ssh_config} pod` lists" in line, line
     with Store() as store:
         assert store.sessions() == []
 

@@ -4,6 +4,10 @@ against the real agent on ``local`` or behind the tests' real sshd."""
 
 from __future__ import annotations
 
+import json
+import shlex
+from pathlib import Path
+
 import pytest
 
 from gpuws.cli import main
@@ -62,3 +66,74 @@ def test_a_command_is_shown_quoted(capsys: pytest.CaptureFixture[str], workload:
     (tier0,) = [ln for ln in out.splitlines() if "▶ tier 0" in ln]
     assert tier0.endswith(shown), tier0
     assert f"│ {printed}" in out
+
+
+def _detached(ssh: Path, command: str, capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(["run", "pod", "-F", str(ssh), "-w", f"cmd:{command}", "--detach"]) == 0
+    return capsys.readouterr().out.strip().splitlines()[-1]
+
+
+@pytest.mark.ssh
+def test_prefixes_of_runs_only_the_pod_holds(ssh_config: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding 2: `gpuws cancel pod 20261128-093604-e864` (a unique prefix of a detached
+    run) said `no run … on pod or in the store`; an ambiguous prefix said "no run" too.
+    The runs are started with another data dir, so this laptop's store holds none of
+    them (as for a run the TUI or another laptop started): only the pod's list knows."""
+    ssh = str(ssh_config)
+    first = _detached(ssh_config, "sleep 60", capsys)
+    second = _detached(ssh_config, "sleep 60", capsys)
+    echo = _detached(ssh_config, "echo attached-by-prefix", capsys)
+    monkeypatch.setenv("GPUWS_HOME", str(tmp_path / "another-laptop"))
+    with Store() as store:
+        assert store.newest_runs(10) == []
+    # Character by character, as a person shortens an id (not path components).
+    common = next(first[:n] for n in range(len(first), 0, -1)
+                  if second.startswith(first[:n]) and echo.startswith(first[:n]))
+    assert len(common) >= 9  # the date at least: one prefix names all three
+
+    # Ambiguous: one line naming the candidates, exit 2, before anything is cancelled.
+    for verb in ("cancel", "attach"):
+        assert main([verb, "pod", "-F", ssh, common]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert f"run id '{common}' is ambiguous on pod: 3 runs start with it (" in line, line
+        assert all(run_id in line for run_id in (first, second, echo)), line
+        assert line.endswith(f"give more characters of the id (`gpuws runs -F "
+                             f"{shlex.quote(ssh)} pod` lists them)"), line
+    with Store() as store:  # the refused attach kept no empty session
+        assert store.sessions() == []
+
+    # Unique prefixes: cancel and attach find the pod's run.
+    assert main(["cancel", "pod", "-F", ssh, first[:-4]]) == 0
+    assert f"{first}: cancelled" in capsys.readouterr().out
+    assert main(["attach", "pod", "-F", ssh, echo[:-3]]) == 0
+    assert "attached-by-prefix" in capsys.readouterr().out
+    assert main(["cancel", "pod", "-F", ssh, second]) == 0  # a full id as before
+    assert f"{second}: cancelled" in capsys.readouterr().out
+    assert main(["runs", "pod", "-F", ssh, "--json"]) == 0
+    statuses = {r["run_id"]: r["status"] for r in json.loads(capsys.readouterr().out)}
+    assert statuses == {first: "cancelled", second: "cancelled", echo: "ok"}
+
+
+def test_a_hostile_run_id_in_the_pods_list_is_shown_not_interpreted() -> None:
+    """Worst values from the pod: ids carrying escapes and newlines are listed as text in
+    the one line (the pod's list is input like every event)."""
+    import argparse
+
+    from gpuws import protocol
+    from gpuws.commands.run import resolve_run
+    from gpuws.errors import UsageError
+
+    evil = ["r1\x1b[2J\nfake line", "r1\x07bell", *(f"r1-{i}" for i in range(40))]
+    runs = [protocol.RunInfo(run_id=i, status="running", started=0.0, workload="cmd:x",
+                             last_seq=0) for i in evil]
+    args = argparse.Namespace(run_id="r1", host="pod", ssh_config=None, port=None,
+                              user=None, python="python3", accept_new=False)
+    with pytest.raises(UsageError) as info:
+        resolve_run(args, runs)
+    line = info.value.one_line()
+    assert "\x1b" not in line and "\n" not in line and "\x07" not in line
+    assert "42 runs start with it" in line and line.count(", ") <= 5 and "…" in line
+    assert resolve_run(argparse.Namespace(**{**vars(args), "run_id": "r1-39"}),
+                       runs) == "r1-39"

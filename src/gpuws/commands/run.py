@@ -598,6 +598,14 @@ async def attach(args: argparse.Namespace) -> int:
         await engine.connect(target_of(args))
         printer.rate = engine.link.rate if engine.link is not None else None
         run_id, stored = await engine.store.call(lambda s: _known_run(s, args.run_id))
+        if not stored and engine.link is not None:
+            # A run only the pod knows (started by --detach elsewhere, by the TUI, by
+            # another laptop): its prefix is resolved against the pod's own list.
+            try:
+                run_id = resolve_run(args, await engine.link.client.list_runs())
+            except UsageError:
+                refused = engine.session_id  # nothing attached: no empty session kept
+                raise
         try:
             await engine.attach(run_id, from_seq=args.from_seq)
         except AgentError as exc:
@@ -606,7 +614,7 @@ async def attach(args: argparse.Namespace) -> int:
             refused = engine.session_id
             if stored:
                 raise  # the laptop holds it and the pod lost it (a reboot): not a typo
-            raise unknown_run(args.run_id, args.host) from exc
+            raise unknown_run(args) from exc
         return await _follow(args, engine, printer, run_id)
     finally:
         printer.release()
@@ -617,11 +625,47 @@ async def attach(args: argparse.Namespace) -> int:
         await engine.store.close()
 
 
-def unknown_run(run_id: str, host: str) -> UsageError:
+def unknown_run(args: argparse.Namespace) -> UsageError:
     """An id neither the laptop nor the pod knows: a mistake, refused as other ids are."""
-    return UsageError(f"no run {visible(run_id, 80)} on {visible(host, 80)} or in the store",
-                      remedy=f"`gpuws runs {visible(host, 80)}` lists the pod's runs, "
-                             "`gpuws history` the stored ones")
+    return UsageError(f"no run {visible(args.run_id, 80)} on {visible(args.host, 80)} or in "
+                      "the store", remedy=f"`{_runs_hint(args)}` lists the pod's runs, "
+                                          "`gpuws history` the stored ones")
+
+
+def _runs_hint(args: argparse.Namespace) -> str:
+    # With the -F/-p/-l the pod was reached with: pasted, it must reach the same pod.
+    return visible(target_of(args).command("runs"), 300)
+
+
+def resolve_run(args: argparse.Namespace, pod_runs: list[protocol.RunInfo]) -> str:
+    """The pod's run that ``args.run_id`` names: its id, or a prefix of exactly one.
+
+    An id that names none is returned as typed: the pod's own answer (no such run)
+    refuses it, as it refuses a full id it does not hold.
+
+    Args:
+        args: the command's arguments (the id or prefix typed, the pod as named).
+        pod_runs: the pod's runs (``ListRuns``).
+
+    Raises:
+        UsageError: the prefix names several of the pod's runs (they are listed).
+    """
+    typed, host = str(args.run_id), str(args.host)
+    ids = [r.run_id for r in pod_runs]
+    if typed in ids:
+        return typed
+    matches = sorted(i for i in ids if i.startswith(typed))
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        return typed
+    # The ids come from the pod: shown, never interpreted, and a few of them at most.
+    shown = ", ".join(visible(i, 80) for i in matches[:5]) + (", …" if len(matches) > 5
+                                                               else "")
+    raise UsageError(f"run id {visible(typed, 80)!r} is ambiguous on {visible(host, 80)}: "
+                     f"{len(matches)} runs start with it ({shown})",
+                     remedy=f"give more characters of the id (`{_runs_hint(args)}` "
+                            "lists them)")
 
 
 def _known_run(store: Store, run_id: str) -> tuple[str, bool]:
@@ -636,11 +680,13 @@ def _known_run(store: Store, run_id: str) -> tuple[str, bool]:
 async def cancel(args: argparse.Namespace) -> int:
     client = await connect(args)
     try:
-        info = await client.cancel(args.run_id)
+        # "Everywhere an id is taken, a unique prefix works too": the runs to cancel are
+        # the pod's, so the prefix is resolved against its list.
+        info = await client.cancel(resolve_run(args, await client.list_runs()))
     except AgentError as exc:
         if exc.code != "no_such_run":
             raise
-        raise unknown_run(args.run_id, args.host) from exc
+        raise unknown_run(args) from exc
     finally:
         await client.close()
     console(markup=False).print(Text(f"{visible(info.run_id)}: {visible(info.status)}"))
