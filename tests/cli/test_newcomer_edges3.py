@@ -4,12 +4,16 @@ against the real agent on ``local`` or behind the tests' real sshd."""
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
 
+from cli.test_entry_points import gpuws  # type: ignore[import-not-found]
+from cli.test_entry_points import one_clean_line as one_line  # type: ignore[import-not-found]
 from gpuws.cli import main
 from gpuws.sessions.store import Store
 
@@ -137,3 +141,34 @@ def test_a_hostile_run_id_in_the_pods_list_is_shown_not_interpreted() -> None:
     assert "42 runs start with it" in line and line.count(", ") <= 5 and "…" in line
     assert resolve_run(argparse.Namespace(**{**vars(args), "run_id": "r1-39"}),
                        runs) == "r1-39"
+
+
+def test_watch_refuses_a_command_before_connecting(tmp_path: Path) -> None:
+    """Finding 8: `gpuws watch local -w cmd:true -W .` looped on `no Tier-1 samples` on
+    every save: a command has no Tier 1. Refused in one line before anything connects
+    (the host does not resolve: a connection would have exited 3)."""
+    res = gpuws("watch", "no-such-host.invalid", "-w", "cmd:true", "-W", str(tmp_path))
+    line = one_line(res, 2)
+    assert "a cmd: workload has no Tier 1" in line and "print no median" in line, line
+    assert line.endswith("— watch a Python file (-w file:PATH, -W DIR for its project), "
+                         "or add --yes to re-run the command on every save anyway"), line
+    assert res.stdout == ""
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None
+                    or ctypes.util.find_library("nvidia-ml") is not None,
+                    reason="needs a machine without an NVIDIA GPU (this one has a driver)")
+def test_watch_refuses_a_pod_without_a_gpu(tmp_path: Path) -> None:
+    """Finding 8: `gpuws watch local -w file:bench.py` on a pod without a GPU printed
+    `failed: no NVIDIA GPU on this pod: …` on each of 5 saves. Refused once connected (the
+    probe knows), exit 2, and no empty session is left in the store. The real agent on
+    this machine, which has no GPU; --yes still watches (tests/cli/test_watch.py)."""
+    bench = tmp_path / "bench.py"
+    bench.write_text("def run():\n    pass\n")
+    line = one_line(gpuws("watch", "local", "-w", f"file:{bench}"), 2)
+    assert line.startswith("gpuws: Usage error: local has no GPU (no NVIDIA driver"), line
+    assert "every save's run would fail at once, the same way" in line
+    assert line.endswith("— watch on a pod with a GPU (`gpuws doctor local` says what this "
+                         "one has), or add --yes to watch anyway"), line
+    with Store() as store:
+        assert store.sessions() == []
