@@ -174,8 +174,11 @@ def make_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ncu", help="which Nsight Compute fits the pod; install one")
     add_connection_args(p)
-    p.add_argument("--install", action="store_true", help="run the install plan")
-    p.add_argument("--yes", action="store_true", help="confirm --install")
+    p.add_argument("--install", action="store_true",
+                   help="run the install plan (asks first), then verify the ncu with a "
+                        "smoke profile; with an ncu that fits, only verify it")
+    p.add_argument("--yes", action="store_true",
+                   help="confirm --install without asking (for scripts)")
     p.add_argument("--json", action="store_true", help="machine-readable output (the plan)")
     p.set_defaults(func=_lazy("run", "ncu"))
 

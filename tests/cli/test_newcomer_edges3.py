@@ -4,12 +4,17 @@ against the real agent on ``local`` or behind the tests' real sshd."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes.util
+import io
 import json
 import shlex
 import shutil
+import time
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
 from cli.test_entry_points import gpuws  # type: ignore[import-not-found]
@@ -172,3 +177,111 @@ def test_watch_refuses_a_pod_without_a_gpu(tmp_path: Path) -> None:
                          "one has), or add --yes to watch anyway"), line
     with Store() as store:
         assert store.sessions() == []
+
+
+# ------------------------------------------------------------- ncu --install, as doctor's
+def _terminal(monkeypatch: pytest.MonkeyPatch, answer: str) -> io.StringIO:
+    """A terminal's stdin holding the person's answer (pytest has none to give)."""
+    stdin = io.StringIO(answer)
+    stdin.isatty = lambda: True  # type: ignore[method-assign]
+    monkeypatch.setattr("sys.stdin", stdin)
+    return stdin
+
+
+class NcuPlanStandIn:
+    """Stands in for the agent's ``ncu_plan`` answer where this machine (no GPU driver)
+    cannot give one with steps or a fitting ncu, and where running the steps would
+    apt-get install here; connecting, deploying and printing are real (as in
+    tests/cli/test_doctor_nsys.py)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, fits: bool) -> None:
+        from gpuws import protocol
+        from gpuws.client import AgentClient
+
+        path = "/opt/nvidia/nsight-compute/2025.3.1/ncu"
+        self.plan = protocol.NcuPlan(
+            driver="580.65", cuda_driver="13.0", arch="sm_90", choices=[],
+            selected=path if fits else None, selected_version="2025.3.1" if fits else None,
+            reason="fits the driver" if fits else "no ncu installed",
+            install_plan=None if fits else [["sudo", "apt-get", "install", "-y",
+                                             "cuda-nsight-compute-13-0"]],
+            install_target_version=None if fits else "2025.3.1", ts=time.time())
+        self.asked: list[bool] = []
+
+        async def ncu_plan(client: AgentClient, install: bool = False) -> protocol.NcuPlan:
+            self.asked.append(install)
+            if not install:
+                return self.plan
+            return msgspec.structs.replace(self.plan, selected=path, selected_version="2025.3.1",
+                                           installed=not fits, verified="smoke profile ok")
+
+        monkeypatch.setattr(AgentClient, "ncu_plan", ncu_plan)
+
+
+def test_ncu_install_on_a_terminal_asks(monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding 26: `gpuws ncu local --install` on a terminal refused (`add --yes to
+    confirm`) where `doctor --install-nsys` asks. It asks now; `n` changes nothing."""
+    stand_in = NcuPlanStandIn(monkeypatch, fits=False)
+    _terminal(monkeypatch, "n\n")
+    assert main(["ncu", "local", "--install"]) == 11  # still none fits
+    out, err = capsys.readouterr()
+    assert stand_in.asked == [False]  # the plan was read, never run
+    assert "Install ncu 2025.3.1 on the pod? [y/N]" in err
+    assert "$ sudo apt-get install -y cuda-nsight-compute-13-0" in out + err
+    assert "Nothing was installed." in out and "none fits" in out
+    _terminal(monkeypatch, "y\n")
+    assert main(["ncu", "local", "--install"]) == 0
+    assert stand_in.asked == [False, False, True]
+    assert "verified: smoke profile ok" in capsys.readouterr().out
+
+
+def test_ncu_install_with_nothing_to_install_asks_nothing(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding 26: with an ncu that already fits, --install still wanted --yes. It says
+    there is nothing to install and only verifies the ncu (which changes nothing)."""
+    stand_in = NcuPlanStandIn(monkeypatch, fits=True)
+    stdin = _terminal(monkeypatch, "")
+    assert main(["ncu", "local", "--install"]) == 0
+    out, err = capsys.readouterr()
+    assert "[y/N]" not in err and stdin.tell() == 0
+    assert "fits: nothing to install; verifying it" in out and "verified: smoke" in out
+    assert stand_in.asked == [False, True]
+
+
+def test_ncu_install_without_a_terminal_is_refused_before_connecting() -> None:
+    """Off a terminal (a script), --install without --yes is refused as doctor's is, in
+    its words, before connecting: the host does not resolve, and the exit is 2, not 3."""
+    line = one_line(gpuws("ncu", "no-such-host.invalid", "--install"), 2)
+    assert line == ("gpuws: Usage error: --install changes the pod and there is no terminal "
+                    "to ask on — run it on a terminal, or add --yes to confirm in advance")
+
+
+def test_ncu_install_on_a_terminal_with_the_real_agent(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The real agent on this machine, nothing stood in: --install on a terminal is not
+    refused for want of --yes. Here (no GPU driver) no ncu fits and there is no plan, so
+    nothing is asked; on a pod with a plan it is asked and `n` installs nothing; with an
+    ncu that fits, it is verified without a question."""
+    plan = asyncio.run(_real_plan())
+    stdin = _terminal(monkeypatch, "n\n")
+    code = main(["ncu", "local", "--install"])
+    out, err = capsys.readouterr()
+    if plan.selected:
+        assert code == 0 and "nothing to install" in out and "[y/N]" not in err
+    elif plan.install_plan:
+        assert code == 11 and "[y/N]" in err and "Nothing was installed." in out
+    else:
+        assert code == 11 and "none fits" in out
+        assert "[y/N]" not in err and stdin.tell() == 0
+
+
+async def _real_plan() -> Any:
+    from gpuws.client import AgentClient
+    from gpuws.transport import make_transport
+
+    client = await AgentClient.connect(make_transport("local"))
+    try:
+        return await client.ncu_plan()
+    finally:
+        await client.close()

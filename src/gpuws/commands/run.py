@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 from rich import box
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -733,18 +734,36 @@ def runs_table(host: str, items: list[protocol.RunInfo], width: int) -> Table:
 
 
 async def ncu(args: argparse.Namespace) -> int:
-    if args.install and not args.yes:
-        raise UsageError("--install changes the pod; add --yes to confirm")
+    # As `doctor --install-nsys` (issue 34, finding 26): on a terminal the plan is shown
+    # and asked about; without one, --yes is the answer given in advance, and without it
+    # the command is refused before connecting: nothing changes on the pod unasked.
+    if args.install and not args.yes and not sys.stdin.isatty():
+        raise UsageError("--install changes the pod and there is no terminal to ask on",
+                         remedy="run it on a terminal, or add --yes to confirm in advance")
     client = await connect(args)
     out = console(markup=False)
+    # With --json, stdout is the plan alone: the steps, the question and the answer go to
+    # stderr.
+    said = console(stderr=args.json, markup=False)
 
     def show_log(ev: protocol.Events | protocol.BadLine) -> None:
         if isinstance(ev, protocol.Log):
-            out.print(safe(ev.message, "dim"))
+            said.print(safe(ev.message, "dim"))
 
     client.add_listener(show_log)
     try:
-        plan = await client.ncu_plan(install=args.install)
+        plan = await client.ncu_plan(install=False)
+        if args.install and plan.selected:
+            # Nothing to install and nothing to confirm: the agent only verifies the ncu
+            # that fits (a one-pass smoke profile).
+            said.print(safe(f"ncu {plan.selected_version or '?'} at {plan.selected} fits: "
+                            "nothing to install; verifying it"))
+            plan = await client.ncu_plan(install=True)
+        elif args.install and plan.install_plan:
+            if args.yes or await asyncio.to_thread(_confirm_ncu, plan, said):
+                plan = await client.ncu_plan(install=True)
+            else:
+                said.print(Text("Nothing was installed."))
     finally:
         await client.close()
     if args.json:
@@ -768,10 +787,20 @@ async def ncu(args: argparse.Namespace) -> int:
     else:
         out.print(Text.assemble(("none fits", "red bold"), ": ", safe(plan.reason)))
     if plan.install_plan and not plan.installed:
-        out.print(safe(f"install plan for {plan.install_target_version} "
-                       "(runs only with --install --yes):"))
+        out.print(safe(f"install plan for {plan.install_target_version} (--install runs it, "
+                       "asking first; --install --yes without asking):"))
         for step in plan.install_plan:
-            out.print(safe("  $ " + " ".join(step)))
+            out.print(safe("  $ " + shlex.join(step)))
     if plan.verified:
         out.print(Text.assemble(("verified", "green"), ": ", safe(plan.verified)))
     return 0 if plan.selected else 11
+
+
+def _confirm_ncu(plan: protocol.NcuPlan, said: Console) -> bool:
+    """Show the install plan's commands and ask y/N on the terminal."""
+    from .doctor import ask
+
+    said.print(Text.assemble("These commands run on the pod:", *(
+        safe("\n  $ " + shlex.join(step), "bold") for step in plan.install_plan or [])))
+    target = visible(plan.install_target_version or "Nsight Compute", 80)
+    return ask(f"Install ncu {target} on the pod? [y/N] ")
