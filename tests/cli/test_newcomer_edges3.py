@@ -285,3 +285,36 @@ async def _real_plan() -> Any:
         return await client.ncu_plan()
     finally:
         await client.close()
+
+
+# ------------------------------------------------------------------- pull of what is home
+@pytest.mark.ssh
+def test_pull_of_what_is_already_home_says_so(sshd: Any, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding 26: `gpuws pull` of an artifact already home went to the pod again instead
+    of saying so. A real pull over the real sshd first; then the same pull with a host
+    that does not resolve exits 0, saying it is all home: the pod is not contacted (it
+    may be stopped). A copy that is no longer true is pulled again, from the pod."""
+    from sessions.test_pull_without_agent import _record_run  # type: ignore[import-not-found]
+
+    sshd.reset_pod()
+    cfg = sshd.client_files(tmp_path / "client")
+    _remote, sha = _record_run(sshd, "home-1")
+    assert main(["pull", "-F", str(cfg), "pod", "home-1"]) == 0
+    assert "pulled data.bin" in capsys.readouterr().out
+
+    assert main(["pull", "no-such-host.invalid", "home-1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("all 1 artifact(s) of run home-1 are already home (size and "
+                          "sha256 checked): nothing to pull\n"), out
+    assert f"  pulled  data.bin  {3 * 1024 * 1024 + 5} B  sha256 {sha}" in out
+    assert main(["pull", "no-such-host.invalid", "home-1", "--json"]) == 0
+    assert [r["status"] for r in json.loads(capsys.readouterr().out)] == ["pulled"]
+
+    with Store() as store:
+        (row,) = store.artifacts("home-1")
+    assert row.local_path is not None
+    Path(row.local_path).write_bytes(b"changed here")  # no longer the pod's file
+    assert main(["pull", "no-such-host.invalid", "home-1"]) == 3  # so it goes to the pod
+    assert main(["pull", "-F", str(cfg), "pod", "home-1"]) == 0
+    assert "pulled data.bin" in capsys.readouterr().out
