@@ -8,6 +8,7 @@ import asyncio
 import ctypes.util
 import io
 import json
+import os
 import shlex
 import shutil
 import time
@@ -318,3 +319,47 @@ def test_pull_of_what_is_already_home_says_so(sshd: Any, tmp_path: Path,
     assert main(["pull", "no-such-host.invalid", "home-1"]) == 3  # so it goes to the pod
     assert main(["pull", "-F", str(cfg), "pod", "home-1"]) == 0
     assert "pulled data.bin" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ captions on figures
+RECORDED = Path(__file__).parents[1] / "fixtures" / "recorded" / "saxpy_h200.ndjson"
+
+
+def test_figures_a_kernel_engineer_questions_carry_a_caption(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding 28: `4,300 GB/s (102% of 4,230)` with no word on the roof, `theoretical
+    occupancy 100% (registers)` (nothing limits it at 100%), ncu's estimated speedups
+    ranked as if they were gpuws's own. The real H200 recording is put on this machine's
+    pod as a run that finished, and `gpuws attach local` prints it through the real agent
+    and the real printer."""
+    run_id = json.loads(RECORDED.read_text().splitlines()[0])["run_id"]
+    run_dir = Path(os.environ["GPUWS_POD_CACHE"]) / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "events.ndjson").write_bytes(RECORDED.read_bytes())
+    assert main(["attach", "local", run_id, "--no-pull"]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # the table caption wraps
+    assert "4,300.4 GB/s (102% of 4,230 GB/s" in text
+    assert ("! 102% of its roof: the roof, 4,230 GB/s, is what a device copy reaches, not "
+            "the memory's limit") in text
+    assert "(measured: device-to-device cudaMemcpyAsync of 1.00 GiB" in text
+    assert "theoretical occupancy 100% (full: nothing limits it)" in text
+    assert "(registers)" not in text
+    assert "CPIStall (est. speedup 86%)" in text
+    assert ("est. speedup: ncu's own estimate were that one issue removed, not gpuws's "
+            "judgement; the estimates overlap and do not add up") in text
+
+
+def test_a_roof_caption_shows_the_pods_words_as_text() -> None:
+    """Worst values: the roof's source is pod text (escapes, newlines, a flood): shown
+    visible and bounded; no caption at or under 100%, or without a roof."""
+    from gpuws.commands.run import roof_caption
+
+    hostile = "bandwidth: measured: \x1b[2J\nfake" + "x" * 10_000
+    caption = roof_caption(150.0, 100.0, "GB/s", hostile)
+    assert caption is not None and "\x1b" not in caption and "\n" not in caption
+    assert len(caption) < 600
+    assert roof_caption(100.0, 100.0, "GB/s", hostile) is None
+    assert roof_caption(float("nan"), 100.0, "GB/s", hostile) is None
+    assert roof_caption(150.0, None, "GB/s", hostile) is None
+    flops = roof_caption(120.0, 67.0, "TFLOP/s", "FP32 FLOPs: datasheet: H200 SXM (dense)")
+    assert flops is not None and "a datasheet figure" in flops and "(datasheet: H200" in flops

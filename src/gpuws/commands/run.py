@@ -220,19 +220,25 @@ class Printer:
                 for line in verdict_lines(ev):
                     o.print(line)
             case protocol.RuleFindings():
-                for r in sorted(ev.rules, key=lambda r: -(r.est_speedup_pct or 0))[:8]:
+                shown = sorted(ev.rules, key=lambda r: -(r.est_speedup_pct or 0))[:8]
+                for r in shown:
                     sp = f" (est. speedup {r.est_speedup_pct:.0f}%)" if r.est_speedup_pct else ""
                     o.print(Text.assemble("  ", safe(r.rule, "magenta"), sp, ": ",
                                           safe(r.message, limit=300)))
+                if any(r.est_speedup_pct for r in shown):
+                    o.print(Text(f"  {SPEEDUP_CAPTION}", "dim"))
             case protocol.StaticAnalysis():
                 occ = ev.theoretical_occupancy_pct
+                # At 100% nothing limits it: "100% (registers)" read as a limit reached.
+                limiter = "full: nothing limits it" if occ is not None and occ >= 100.0 \
+                    else ev.limiter or "—"
                 regs = humanfmt.DASH if ev.registers_per_thread is None \
                     else str(ev.registers_per_thread)
                 o.print(Text.assemble(
                     "  static: ", safe(verdicts.short(ev.kernel)),
                     f": {regs} regs/thread, {humanfmt.size(ev.shared_mem_per_block)} "
                     f"smem/block, {humanfmt.size(ev.local_mem_per_thread)} local, theoretical "
-                    f"occupancy {humanfmt.pct(occ, 0)} (", safe(ev.limiter or "—"), ")"))
+                    f"occupancy {humanfmt.pct(occ, 0)} (", safe(limiter), ")"))
             case protocol.Diagnosis():
                 self._diagnosis(ev)
             case protocol.Artifact():
@@ -296,6 +302,10 @@ def tier1_table(ev: protocol.Tier1Result) -> Table:
                if ev.pct_peak_flops is not None and ev.peak_tflops else "")
         rates.append(f"{humanfmt.num(ev.tflops, 'TFLOP/s', 2)}{pct}")
     notes = [" · ".join(rates)] if rates else []
+    notes += [caption for caption in (
+        roof_caption(ev.pct_peak_bw, ev.peak_gbps, "GB/s", ev.peak_source),
+        roof_caption(ev.pct_peak_flops, ev.peak_tflops, "TFLOP/s", ev.peak_source))
+        if caption is not None]
     if ev.events_median_ms is not None:  # a short call, timed again from CUPTI
         notes.append(f"CUDA events read {humanfmt.ms(ev.events_median_ms)}")
     if ev.caution:
@@ -303,6 +313,44 @@ def tier1_table(ev: protocol.Tier1Result) -> Table:
     if notes:
         t.caption = "\n".join(notes)
     return t
+
+
+def roof_caption(pct: float | None, peak: float | None, unit: str,
+                 source: str | None) -> str | None:
+    """What a figure above 100% of its roof means, or None (at or under it).
+
+    "4,300 GB/s (102% of 4,230)" reads as a measurement error to a kernel engineer
+    (issue 34, finding 28): the roof is a measured copy's bandwidth or a datasheet
+    figure, not the hardware's limit, and the caption says which and what passing it
+    means.
+
+    Args:
+        pct: the figure's share of the roof, in percent.
+        peak: the roof.
+        unit: the roof's unit (GB/s, TFLOP/s).
+        source: where the roofs came from (Tier 1's ``peak_source``: ``bandwidth: …;
+            FP32 FLOPs: …``).
+    """
+    if pct is None or peak is None or not pct > 100.0:  # NaN included
+        return None
+    kind = "bandwidth" if unit == "GB/s" else "FLOPs"
+    said = next((part.strip() for part in (source or "").split(";")
+                 if kind.lower() in part.lower()), "")
+    # "bandwidth: measured: device-to-device cudaMemcpyAsync of 1.00 GiB, …"
+    said = said.split(":", 1)[1].strip() if ":" in said else said
+    if kind == "bandwidth" and said.startswith("measured"):
+        meaning = ("what a device copy reaches, not the memory's limit: a kernel at or just "
+                   "past it is at the memory roof; well past it, its declared bytes "
+                   "overcount what reaches DRAM (L2 hits)")
+    elif kind == "bandwidth":
+        meaning = ("a datasheet figure: past it, the declared bytes overcount what reaches "
+                   "DRAM (L2 hits)")
+    else:
+        meaning = ("a datasheet figure: past it, the clock ran above the datasheet's or the "
+                   "declared FLOPs overcount the work")
+    where = f" ({visible(said, 200)})" if said else ""
+    return (f"! {humanfmt.pct(pct, 0)} of its roof: the roof, {humanfmt.num(peak, unit)}, "
+            f"is {meaning}{where}")
 
 
 def estimate_lines(est: protocol.Tier3Estimate, rate: float | None) -> list[Text]:
@@ -391,6 +439,8 @@ def verdict_lines(ev: protocol.ProgramVerdict | protocol.KernelVerdict
             out.append(Text.assemble("  ", safe(r.rule, "magenta"), sp,
                                      " — " if r.evidence else "", safe(r.evidence, "dim"), ": ",
                                      safe(r.message, limit=300)))
+        if any(r.est_speedup_pct is not None for r in ev.rules[:5]):
+            out.append(Text(f"  {SPEEDUP_CAPTION}", "dim"))
     else:
         if ev.profiled or ev.missed:
             out.append(Text.assemble("  Tier 3 profiled ", safe(", ".join(
@@ -400,6 +450,12 @@ def verdict_lines(ev: protocol.ProgramVerdict | protocol.KernelVerdict
             out.append(Text.assemble("  missed ", safe(row.short_name or row.name, "yellow"),
                                      f" ({humanfmt.pct(row.share_pct, 0)}): ", safe(row.why)))
     return out
+
+
+#: Beside ncu's ranked findings: "▲ 81% TheoreticalOccupancy" first for a cuBLAS kernel
+#: whose tensor pipe was 97% busy read as gpuws's own judgement (issue 34, finding 28).
+SPEEDUP_CAPTION = ("est. speedup: ncu's own estimate were that one issue removed, not "
+                   "gpuws's judgement; the estimates overlap and do not add up")
 
 
 #: The Tier-3 metrics the CLI prints, in order; humanfmt.metric formats each by its key.
