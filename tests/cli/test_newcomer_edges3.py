@@ -9,6 +9,7 @@ import ctypes.util
 import io
 import json
 import os
+import re
 import shlex
 import shutil
 import time
@@ -363,3 +364,14 @@ def test_a_roof_caption_shows_the_pods_words_as_text() -> None:
     assert roof_caption(150.0, None, "GB/s", hostile) is None
     flops = roof_caption(120.0, 67.0, "TFLOP/s", "FP32 FLOPs: datasheet: H200 SXM (dense)")
     assert flops is not None and "a datasheet figure" in flops and "(datasheet: H200" in flops
+
+
+def test_a_detached_runs_id_stays_the_last_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding 14's held diagnosis must not land after a detached run's id, the line
+    scripts read: the run fails at once on the pod, and its diagnosis (if it came while
+    the command drained) is printed before the id, never after it."""
+    assert main(["run", "local", "-w", "cmd:true", "--gpu", NO_SUCH_MIG, "--detach"]) == 0
+    out, err = capsys.readouterr()
+    run_id = out.strip().splitlines()[-1]
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{8}", run_id), out
+    assert f"gpuws attach local {run_id}`" in err

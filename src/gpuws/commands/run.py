@@ -109,6 +109,9 @@ class Printer:
 
     def release(self) -> None:
         """Print the diagnoses still held (the command ends before their run did)."""
+        if self.muted:  # a detached run's id was the last line: nothing after it
+            self._held.clear()
+            return
         for held in self._held.values():
             for diagnosis in held:
                 self._diagnosis(diagnosis)
@@ -631,6 +634,7 @@ async def run(args: argparse.Namespace) -> int:
         if args.detach:
             await asyncio.sleep(0.2)
             await engine.drained()
+            printer.release()  # what the run said so far comes before the id
             attach = target_of(args).command("attach", info.run_id)
             console(stderr=True).print(Text(f"started {info.run_id}; follow it with "
                                             f"`{visible(attach)}`"))
