@@ -309,7 +309,9 @@ def measure(args: argparse.Namespace, tmp: Path, pod: list[str], ssh_args: list[
             env = {**os.environ, "GPUWS_HOME": str(home), "COLUMNS": "250"}
             argv = [*GPUWS, "watch", *pod, "-W", str(proj), "-w", workload,
                     "--debounce-ms", str(args.debounce_ms), "--max-seconds",
-                    str(args.max_seconds), *(["--no-fork-server"] if "fresh" in name else [])]
+                    str(args.max_seconds), *(["--no-fork-server"] if "fresh" in name else []),
+                    # A command has no Tier 1: watch refuses it unless told (issue 34).
+                    *(["--yes"] if args.cpu else [])]
             watches.append((Watch(name, argv, env, tmp / f"watch{i}.err"), proj, home))
         for w, _, _ in watches:
             w.line(1, args.timeout)  # connected, deployed, the first (baseline) iteration

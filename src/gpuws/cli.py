@@ -155,6 +155,9 @@ def make_parser() -> argparse.ArgumentParser:
                    help="start each Tier-1 child as a fresh interpreter and probe the pod "
                         "for each run (by default the pod forks the child from a parent "
                         "that imported CuPy/torch/Triton once, and is probed once)")
+    p.add_argument("--yes", action="store_true",
+                   help="watch even where no save can be measured: a cmd: workload (no "
+                        "Tier 1) or a pod without a GPU, which are refused otherwise")
     p.set_defaults(func=_lazy("watch", "watch"), tiers="1")
     # add_run_args wrote run's default (1,2,3) into --tiers' help; watch's is Tier 1.
     for action in p._actions:
@@ -171,8 +174,11 @@ def make_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ncu", help="which Nsight Compute fits the pod; install one")
     add_connection_args(p)
-    p.add_argument("--install", action="store_true", help="run the install plan")
-    p.add_argument("--yes", action="store_true", help="confirm --install")
+    p.add_argument("--install", action="store_true",
+                   help="run the install plan (asks first), then verify the ncu with a "
+                        "smoke profile; with an ncu that fits, only verify it")
+    p.add_argument("--yes", action="store_true",
+                   help="confirm --install without asking (for scripts)")
     p.add_argument("--json", action="store_true", help="machine-readable output (the plan)")
     p.set_defaults(func=_lazy("run", "ncu"))
 

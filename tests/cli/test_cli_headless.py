@@ -91,7 +91,9 @@ def test_failing_workloads_give_one_clear_line(capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err
     assert "cannot read the workload file" in err and len(err.strip().splitlines()) == 1
     assert main(["run", "local", "-w", "builtin:saxpy"]) == RunError.exit_code
-    assert "No GPU on the pod" in capsys.readouterr().out
+    # Said once, by the closing line, with the agent's remedy (issue 34, finding 14).
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "no NVIDIA GPU on this pod" in line and "run on a machine with an NVIDIA GPU" in line
 
 
 # A host that cannot resolve: a mistake caught before connecting exits 2; one that got as

@@ -79,7 +79,9 @@ def test_attach_and_cancel_of_an_unknown_id_are_usage_errors_that_leave_no_sessi
         ssh_config: Path) -> None:
     for verb in ("attach", "cancel"):
         line = one_clean_line(gpuws(verb, "pod", "nosuchrun", "-F", str(ssh_config)), 2)
-        assert "no run nosuchrun on pod" in line and "gpuws runs pod" in line, line
+        # The hint carries the -F the pod was reached with (issue 34): pasted, it works.
+        assert "no run nosuchrun on pod" in line, line
+        assert f"`gpuws runs -F {ssh_config} pod` lists" in line, line
     with Store() as store:
         assert store.sessions() == []
 
@@ -123,7 +125,7 @@ def test_a_failed_run_says_why_on_stderr_with_exit_7() -> None:
     assert res.returncode == 7, (res.stdout, res.stderr)
     assert "started" in res.stdout  # the run's own output stays on stdout
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("gpuws: ")]
-    assert len(lines) == 1 and "Run failed: run " in lines[0] and " failed: " in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("gpuws: Run ") and " failed: " in lines[0]
     assert "Traceback" not in res.stderr
 
 

@@ -75,7 +75,7 @@ def test_each_save_is_a_run_and_a_line_and_ctrl_c_ends_with_the_table(
     init = root / "mykern" / "__init__.py"
     init.write_text("V = 1\n")
     argv = [sys.executable, "-m", "gpuws", "watch", *target(how, request), "-W", str(root),
-            "-w", PROG, "--debounce-ms", "100"]
+            "-w", PROG, "--debounce-ms", "100", "--yes"]  # a command: no Tier 1
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ), stdin=subprocess.DEVNULL,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -122,7 +122,8 @@ def test_a_file_workload_is_watched_in_its_folder_and_forks_its_tier1_child(
     bench.write_text("def run():\n    pass\n")
     for fork in (True, False):
         argv = [sys.executable, "-m", "gpuws", "watch", "local", "-w", f"file:{bench}",
-                "--debounce-ms", "100", *([] if fork else ["--no-fork-server"])]
+                "--debounce-ms", "100", *([] if fork else ["--no-fork-server"]),
+                "--yes"]  # watched on a pod without a GPU all the same
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, stdin=subprocess.DEVNULL,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT,

@@ -276,7 +276,7 @@ def test_watch_goes_on_through_a_writer_links_and_a_refused_save(
     reason, and the next save measures again."""
     root = project(tmp_path / "proj")
     argv = [sys.executable, "-m", "gpuws", "watch", "pod", "-F", str(ssh_config), "-W",
-            str(root), "-w", "cmd:true", "--debounce-ms", "100"]
+            str(root), "-w", "cmd:true", "--debounce-ms", "100", "--yes"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

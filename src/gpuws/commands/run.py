@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shlex
 import signal
 import sys
 from typing import Any
 
 import msgspec
 from rich import box
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -71,6 +73,11 @@ class Printer:
         self._modes: dict[str, str] = {}
         #: Per run: Tier 3's estimate, set beside the time Tier 3 took.
         self._estimates: dict[str, protocol.Tier3Estimate] = {}
+        #: Per run: error diagnoses held until the run's next event, which says whether
+        #: they are why the run failed (said once then, in the closing ``gpuws:`` line).
+        self._held: dict[str, list[protocol.Diagnosis]] = {}
+        #: Per run: the diagnosis whose cause the run's failure repeats, for that line.
+        self.fatal: dict[str, protocol.Diagnosis] = {}
 
     def batch(self, batch: Batch) -> None:
         """The engine's ``on_batch``: print each event not printed before."""
@@ -100,9 +107,60 @@ class Printer:
         # One line each, unwrapped: a script reads them line by line.
         self.err.print(Text(f"gpuws: {notice.message}", style=style), soft_wrap=True)
 
+    def release(self) -> None:
+        """Print the diagnoses still held (the command ends before their run did)."""
+        if self.muted:  # a detached run's id was the last line: nothing after it
+            self._held.clear()
+            return
+        for held in self._held.values():
+            for diagnosis in held:
+                self._diagnosis(diagnosis)
+        self._held.clear()
+
+    def _hold(self, ev: protocol.Events) -> bool:
+        """Hold an error diagnosis back, or settle the held ones at the run's next event.
+
+        "No GPU on the pod: …" came three times when it ended the run: the diagnosis, the
+        run's last line and the closing ``gpuws:`` line (issue 34, finding 14). A held
+        diagnosis that the failure repeats is said once, by the closing line with its
+        remedies; any other is printed before the event that follows it.
+
+        Returns:
+            True when ``ev`` itself was held (nothing to print now).
+        """
+        if self.as_json:
+            return False
+        rid = ev.run_id or ""
+        if isinstance(ev, protocol.Diagnosis) and ev.severity == "error":
+            self._held.setdefault(rid, []).append(ev)
+            return True
+        held = self._held.pop(rid, [])
+        if isinstance(ev, protocol.RunFinished) and ev.status != "ok" and ev.error:
+            said = [d for d in held if d.cause and d.cause in ev.error]
+            if said:
+                self.fatal[rid] = said[0]
+                held = [d for d in held if d is not said[0]]
+        for diagnosis in held:
+            self._diagnosis(diagnosis)
+        return False
+
+    def _diagnosis(self, ev: protocol.Diagnosis) -> None:
+        o = self.out
+        colour = {"error": "red", "warning": "yellow"}.get(ev.severity, "blue")
+        o.print(Text.assemble(("! ", colour + " bold"), safe(ev.title, colour + " bold"),
+                              ": ", safe(ev.cause)))
+        if ev.meaning:
+            o.print(Text.assemble("  ", safe(ev.meaning)))
+        for remedy in ev.remedies:
+            o.print(Text.assemble("  → ", safe(remedy)))
+        if ev.unmeasured:
+            o.print(Text.assemble("  not measured: ", safe(", ".join(ev.unmeasured))))
+
     def show(self, ev: protocol.Events) -> None:
         if not isinstance(ev, protocol.Output):
             self._flush_lines()  # what the run printed comes before what follows it
+        if self._hold(ev):
+            return
         if isinstance(ev, protocol.RunStarted):
             self.warn_busy(ev)  # on stderr, so also beside --json's NDJSON
         if self.as_json:
@@ -117,7 +175,9 @@ class Printer:
             case protocol.TierStarted():
                 line = Text.assemble((f"▶ tier {ev.tier} ", "cyan"), safe(ev.name))
                 if ev.argv:
-                    line.append_text(safe("  $ " + " ".join(ev.argv), "dim"))
+                    # Quoted as a shell reads it (as the export does): `sh -c sleep 5; echo`
+                    # read as two commands (issue 34, finding 24).
+                    line.append_text(safe("  $ " + shlex.join(ev.argv), "dim"))
                 o.print(line)
                 if ev.estimate is not None:
                     self._estimates[ev.run_id or ""] = ev.estimate
@@ -163,29 +223,27 @@ class Printer:
                 for line in verdict_lines(ev):
                     o.print(line)
             case protocol.RuleFindings():
-                for r in sorted(ev.rules, key=lambda r: -(r.est_speedup_pct or 0))[:8]:
+                shown = sorted(ev.rules, key=lambda r: -(r.est_speedup_pct or 0))[:8]
+                for r in shown:
                     sp = f" (est. speedup {r.est_speedup_pct:.0f}%)" if r.est_speedup_pct else ""
                     o.print(Text.assemble("  ", safe(r.rule, "magenta"), sp, ": ",
                                           safe(r.message, limit=300)))
+                if any(r.est_speedup_pct for r in shown):
+                    o.print(Text(f"  {SPEEDUP_CAPTION}", "dim"))
             case protocol.StaticAnalysis():
                 occ = ev.theoretical_occupancy_pct
+                # At 100% nothing limits it: "100% (registers)" read as a limit reached.
+                limiter = "full: nothing limits it" if occ is not None and occ >= 100.0 \
+                    else ev.limiter or "—"
                 regs = humanfmt.DASH if ev.registers_per_thread is None \
                     else str(ev.registers_per_thread)
                 o.print(Text.assemble(
                     "  static: ", safe(verdicts.short(ev.kernel)),
                     f": {regs} regs/thread, {humanfmt.size(ev.shared_mem_per_block)} "
                     f"smem/block, {humanfmt.size(ev.local_mem_per_thread)} local, theoretical "
-                    f"occupancy {humanfmt.pct(occ, 0)} (", safe(ev.limiter or "—"), ")"))
+                    f"occupancy {humanfmt.pct(occ, 0)} (", safe(limiter), ")"))
             case protocol.Diagnosis():
-                colour = {"error": "red", "warning": "yellow"}.get(ev.severity, "blue")
-                o.print(Text.assemble(("! ", colour + " bold"), safe(ev.title, colour + " bold"),
-                                      ": ", safe(ev.cause)))
-                if ev.meaning:
-                    o.print(Text.assemble("  ", safe(ev.meaning)))
-                for remedy in ev.remedies:
-                    o.print(Text.assemble("  → ", safe(remedy)))
-                if ev.unmeasured:
-                    o.print(Text.assemble("  not measured: ", safe(", ".join(ev.unmeasured))))
+                self._diagnosis(ev)
             case protocol.Artifact():
                 o.print(Text.assemble("  artifact ", safe(ev.name),
                                       f" ({humanfmt.size(ev.size)}, sha256 "
@@ -202,11 +260,10 @@ class Printer:
                     self._print_line(joined)
                 self._flush_lines()
                 colour = "green" if ev.status == "ok" else "red"
-                line = Text.assemble((f"run {ev.status}", colour + " bold"),
-                                     f" in {humanfmt.duration(ev.wall_s)}")
-                if ev.error:
-                    line.append_text(Text.assemble(" — ", safe(ev.error)))
-                o.print(line)
+                # Why it failed is not repeated here: the closing `gpuws:` line on stderr
+                # (finish_run) says it, with its remedy.
+                o.print(Text.assemble((f"run {ev.status}", colour + " bold"),
+                                      f" in {humanfmt.duration(ev.wall_s)}"))
             case _:
                 pass
 
@@ -248,6 +305,10 @@ def tier1_table(ev: protocol.Tier1Result) -> Table:
                if ev.pct_peak_flops is not None and ev.peak_tflops else "")
         rates.append(f"{humanfmt.num(ev.tflops, 'TFLOP/s', 2)}{pct}")
     notes = [" · ".join(rates)] if rates else []
+    notes += [caption for caption in (
+        roof_caption(ev.pct_peak_bw, ev.peak_gbps, "GB/s", ev.peak_source),
+        roof_caption(ev.pct_peak_flops, ev.peak_tflops, "TFLOP/s", ev.peak_source))
+        if caption is not None]
     if ev.events_median_ms is not None:  # a short call, timed again from CUPTI
         notes.append(f"CUDA events read {humanfmt.ms(ev.events_median_ms)}")
     if ev.caution:
@@ -255,6 +316,44 @@ def tier1_table(ev: protocol.Tier1Result) -> Table:
     if notes:
         t.caption = "\n".join(notes)
     return t
+
+
+def roof_caption(pct: float | None, peak: float | None, unit: str,
+                 source: str | None) -> str | None:
+    """What a figure above 100% of its roof means, or None (at or under it).
+
+    "4,300 GB/s (102% of 4,230)" reads as a measurement error to a kernel engineer
+    (issue 34, finding 28): the roof is a measured copy's bandwidth or a datasheet
+    figure, not the hardware's limit, and the caption says which and what passing it
+    means.
+
+    Args:
+        pct: the figure's share of the roof, in percent.
+        peak: the roof.
+        unit: the roof's unit (GB/s, TFLOP/s).
+        source: where the roofs came from (Tier 1's ``peak_source``: ``bandwidth: …;
+            FP32 FLOPs: …``).
+    """
+    if pct is None or peak is None or not pct > 100.0:  # NaN included
+        return None
+    kind = "bandwidth" if unit == "GB/s" else "FLOPs"
+    said = next((part.strip() for part in (source or "").split(";")
+                 if kind.lower() in part.lower()), "")
+    # "bandwidth: measured: device-to-device cudaMemcpyAsync of 1.00 GiB, …"
+    said = said.split(":", 1)[1].strip() if ":" in said else said
+    if kind == "bandwidth" and said.startswith("measured"):
+        meaning = ("what a device copy reaches, not the memory's limit: a kernel at or just "
+                   "past it is at the memory roof; well past it, its declared bytes "
+                   "overcount what reaches DRAM (L2 hits)")
+    elif kind == "bandwidth":
+        meaning = ("a datasheet figure: past it, the declared bytes overcount what reaches "
+                   "DRAM (L2 hits)")
+    else:
+        meaning = ("a datasheet figure: past it, the clock ran above the datasheet's or the "
+                   "declared FLOPs overcount the work")
+    where = f" ({visible(said, 200)})" if said else ""
+    return (f"! {humanfmt.pct(pct, 0)} of its roof: the roof, {humanfmt.num(peak, unit)}, "
+            f"is {meaning}{where}")
 
 
 def estimate_lines(est: protocol.Tier3Estimate, rate: float | None) -> list[Text]:
@@ -343,6 +442,8 @@ def verdict_lines(ev: protocol.ProgramVerdict | protocol.KernelVerdict
             out.append(Text.assemble("  ", safe(r.rule, "magenta"), sp,
                                      " — " if r.evidence else "", safe(r.evidence, "dim"), ": ",
                                      safe(r.message, limit=300)))
+        if any(r.est_speedup_pct is not None for r in ev.rules[:5]):
+            out.append(Text(f"  {SPEEDUP_CAPTION}", "dim"))
     else:
         if ev.profiled or ev.missed:
             out.append(Text.assemble("  Tier 3 profiled ", safe(", ".join(
@@ -352,6 +453,12 @@ def verdict_lines(ev: protocol.ProgramVerdict | protocol.KernelVerdict
             out.append(Text.assemble("  missed ", safe(row.short_name or row.name, "yellow"),
                                      f" ({humanfmt.pct(row.share_pct, 0)}): ", safe(row.why)))
     return out
+
+
+#: Beside ncu's ranked findings: "▲ 81% TheoreticalOccupancy" first for a cuBLAS kernel
+#: whose tensor pipe was 97% busy read as gpuws's own judgement (issue 34, finding 28).
+SPEEDUP_CAPTION = ("est. speedup: ncu's own estimate were that one issue removed, not "
+                   "gpuws's judgement; the estimates overlap and do not add up")
 
 
 #: The Tier-3 metrics the CLI prints, in order; humanfmt.metric formats each by its key.
@@ -415,8 +522,20 @@ class _PullBar:
 
 
 async def finish_run(args: argparse.Namespace, engine: Engine, run_id: str,
-                     fin: protocol.RunFinished) -> int:
-    """After a run: its pulled artifacts, the baseline comparison and the gate."""
+                     fin: protocol.RunFinished, printer: Printer | None = None) -> int:
+    """After a run: its pulled artifacts, the baseline comparison and the gate.
+
+    Args:
+        args: the command's arguments (``--json``, ``--baseline``, ``--fail-if-slower``).
+        engine: the engine that followed the run.
+        run_id: the run.
+        fin: how it ended.
+        printer: the printer that showed it, which knows the diagnosis (if any) that
+            the failure repeats: its remedies close the failure's line.
+
+    Returns:
+        The command's exit status.
+    """
     # With --json, stdout is NDJSON alone (a script parses every line): people's lines go
     # to stderr.
     out = console(stderr=bool(getattr(args, "json", False)))
@@ -427,10 +546,16 @@ async def finish_run(args: argparse.Namespace, engine: Engine, run_id: str,
     if code:
         # As every failure: one line on stderr with the exit code, whatever stdout showed.
         why = visible(fin.error, 300) if fin.error else f"it ended {fin.status}"
+        said = printer.fatal.get(run_id) if printer is not None else None
+        remedy = "`gpuws export` or `gpuws history` shows what it recorded"
+        if said is not None and said.remedies:
+            # The diagnosis's remedies, but not one the error already ends with.
+            remedy = "; ".join(visible(r, 300) for r in said.remedies
+                               if visible(r, 300) not in why)
+        # "Run ID failed: cause — remedy": the title carries the id, so nothing stutters
+        # ("Run failed: run ID failed: …").
         sys.stderr.write("gpuws: " + RunError(
-            f"run {run_id} {fin.status}: {why}",
-            remedy="`gpuws export` or `gpuws history` shows what it recorded").one_line()
-            + "\n")
+            why, title=f"Run {run_id} {fin.status}", remedy=remedy).one_line() + "\n")
     if outcome.error is not None:
         code = code or outcome.error.exit_code
     if getattr(args, "baseline", None):
@@ -451,7 +576,8 @@ async def finish_run(args: argparse.Namespace, engine: Engine, run_id: str,
     return code
 
 
-async def _follow(args: argparse.Namespace, engine: Engine, run_id: str) -> int:
+async def _follow(args: argparse.Namespace, engine: Engine, printer: Printer,
+                  run_id: str) -> int:
     """Wait for the run (through reconnects), then pull and compare; Ctrl-C detaches."""
     try:
         fin = await engine.wait_finished(run_id)
@@ -468,7 +594,7 @@ async def _follow(args: argparse.Namespace, engine: Engine, run_id: str) -> int:
         raise ConnectError(exc.message, title=exc.title,
                            remedy=f"{visible(target_of(args).command('attach', run_id))} "
                                   f"(resumes after event {last})") from exc
-    return await finish_run(args, engine, run_id, fin)
+    return await finish_run(args, engine, run_id, fin, printer)
 
 
 def _on_sigterm(task: asyncio.Task[Any] | None) -> None:
@@ -508,6 +634,7 @@ async def run(args: argparse.Namespace) -> int:
         if args.detach:
             await asyncio.sleep(0.2)
             await engine.drained()
+            printer.release()  # what the run said so far comes before the id
             attach = target_of(args).command("attach", info.run_id)
             console(stderr=True).print(Text(f"started {info.run_id}; follow it with "
                                             f"`{visible(attach)}`"))
@@ -516,8 +643,9 @@ async def run(args: argparse.Namespace) -> int:
             if not args.json:
                 sys.stdout.write(info.run_id + "\n")
             return 0
-        return await _follow(args, engine, info.run_id)
+        return await _follow(args, engine, printer, info.run_id)
     finally:
+        printer.release()
         await engine.close()
         await engine.store.close()
 
@@ -531,6 +659,14 @@ async def attach(args: argparse.Namespace) -> int:
         await engine.connect(target_of(args))
         printer.rate = engine.link.rate if engine.link is not None else None
         run_id, stored = await engine.store.call(lambda s: _known_run(s, args.run_id))
+        if not stored and engine.link is not None:
+            # A run only the pod knows (started by --detach elsewhere, by the TUI, by
+            # another laptop): its prefix is resolved against the pod's own list.
+            try:
+                run_id = resolve_run(args, await engine.link.client.list_runs())
+            except UsageError:
+                refused = engine.session_id  # nothing attached: no empty session kept
+                raise
         try:
             await engine.attach(run_id, from_seq=args.from_seq)
         except AgentError as exc:
@@ -539,9 +675,10 @@ async def attach(args: argparse.Namespace) -> int:
             refused = engine.session_id
             if stored:
                 raise  # the laptop holds it and the pod lost it (a reboot): not a typo
-            raise unknown_run(args.run_id, args.host) from exc
-        return await _follow(args, engine, run_id)
+            raise unknown_run(args) from exc
+        return await _follow(args, engine, printer, run_id)
     finally:
+        printer.release()
         await engine.close()
         if refused is not None:
             sid = refused
@@ -549,11 +686,47 @@ async def attach(args: argparse.Namespace) -> int:
         await engine.store.close()
 
 
-def unknown_run(run_id: str, host: str) -> UsageError:
+def unknown_run(args: argparse.Namespace) -> UsageError:
     """An id neither the laptop nor the pod knows: a mistake, refused as other ids are."""
-    return UsageError(f"no run {visible(run_id, 80)} on {visible(host, 80)} or in the store",
-                      remedy=f"`gpuws runs {visible(host, 80)}` lists the pod's runs, "
-                             "`gpuws history` the stored ones")
+    return UsageError(f"no run {visible(args.run_id, 80)} on {visible(args.host, 80)} or in "
+                      "the store", remedy=f"`{_runs_hint(args)}` lists the pod's runs, "
+                                          "`gpuws history` the stored ones")
+
+
+def _runs_hint(args: argparse.Namespace) -> str:
+    # With the -F/-p/-l the pod was reached with: pasted, it must reach the same pod.
+    return visible(target_of(args).command("runs"), 300)
+
+
+def resolve_run(args: argparse.Namespace, pod_runs: list[protocol.RunInfo]) -> str:
+    """The pod's run that ``args.run_id`` names: its id, or a prefix of exactly one.
+
+    An id that names none is returned as typed: the pod's own answer (no such run)
+    refuses it, as it refuses a full id it does not hold.
+
+    Args:
+        args: the command's arguments (the id or prefix typed, the pod as named).
+        pod_runs: the pod's runs (``ListRuns``).
+
+    Raises:
+        UsageError: the prefix names several of the pod's runs (they are listed).
+    """
+    typed, host = str(args.run_id), str(args.host)
+    ids = [r.run_id for r in pod_runs]
+    if typed in ids:
+        return typed
+    matches = sorted(i for i in ids if i.startswith(typed))
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        return typed
+    # The ids come from the pod: shown, never interpreted, and a few of them at most.
+    shown = ", ".join(visible(i, 80) for i in matches[:5]) + (", …" if len(matches) > 5
+                                                               else "")
+    raise UsageError(f"run id {visible(typed, 80)!r} is ambiguous on {visible(host, 80)}: "
+                     f"{len(matches)} runs start with it ({shown})",
+                     remedy=f"give more characters of the id (`{_runs_hint(args)}` "
+                            "lists them)")
 
 
 def _known_run(store: Store, run_id: str) -> tuple[str, bool]:
@@ -568,11 +741,13 @@ def _known_run(store: Store, run_id: str) -> tuple[str, bool]:
 async def cancel(args: argparse.Namespace) -> int:
     client = await connect(args)
     try:
-        info = await client.cancel(args.run_id)
+        # "Everywhere an id is taken, a unique prefix works too": the runs to cancel are
+        # the pod's, so the prefix is resolved against its list.
+        info = await client.cancel(resolve_run(args, await client.list_runs()))
     except AgentError as exc:
         if exc.code != "no_such_run":
             raise
-        raise unknown_run(args.run_id, args.host) from exc
+        raise unknown_run(args) from exc
     finally:
         await client.close()
     console(markup=False).print(Text(f"{visible(info.run_id)}: {visible(info.status)}"))
@@ -619,18 +794,36 @@ def runs_table(host: str, items: list[protocol.RunInfo], width: int) -> Table:
 
 
 async def ncu(args: argparse.Namespace) -> int:
-    if args.install and not args.yes:
-        raise UsageError("--install changes the pod; add --yes to confirm")
+    # As `doctor --install-nsys` (issue 34, finding 26): on a terminal the plan is shown
+    # and asked about; without one, --yes is the answer given in advance, and without it
+    # the command is refused before connecting: nothing changes on the pod unasked.
+    if args.install and not args.yes and not sys.stdin.isatty():
+        raise UsageError("--install changes the pod and there is no terminal to ask on",
+                         remedy="run it on a terminal, or add --yes to confirm in advance")
     client = await connect(args)
     out = console(markup=False)
+    # With --json, stdout is the plan alone: the steps, the question and the answer go to
+    # stderr.
+    said = console(stderr=args.json, markup=False)
 
     def show_log(ev: protocol.Events | protocol.BadLine) -> None:
         if isinstance(ev, protocol.Log):
-            out.print(safe(ev.message, "dim"))
+            said.print(safe(ev.message, "dim"))
 
     client.add_listener(show_log)
     try:
-        plan = await client.ncu_plan(install=args.install)
+        plan = await client.ncu_plan(install=False)
+        if args.install and plan.selected:
+            # Nothing to install and nothing to confirm: the agent only verifies the ncu
+            # that fits (a one-pass smoke profile).
+            said.print(safe(f"ncu {plan.selected_version or '?'} at {plan.selected} fits: "
+                            "nothing to install; verifying it"))
+            plan = await client.ncu_plan(install=True)
+        elif args.install and plan.install_plan:
+            if args.yes or await asyncio.to_thread(_confirm_ncu, plan, said):
+                plan = await client.ncu_plan(install=True)
+            else:
+                said.print(Text("Nothing was installed."))
     finally:
         await client.close()
     if args.json:
@@ -654,10 +847,20 @@ async def ncu(args: argparse.Namespace) -> int:
     else:
         out.print(Text.assemble(("none fits", "red bold"), ": ", safe(plan.reason)))
     if plan.install_plan and not plan.installed:
-        out.print(safe(f"install plan for {plan.install_target_version} "
-                       "(runs only with --install --yes):"))
+        out.print(safe(f"install plan for {plan.install_target_version} (--install runs it, "
+                       "asking first; --install --yes without asking):"))
         for step in plan.install_plan:
-            out.print(safe("  $ " + " ".join(step)))
+            out.print(safe("  $ " + shlex.join(step)))
     if plan.verified:
         out.print(Text.assemble(("verified", "green"), ": ", safe(plan.verified)))
     return 0 if plan.selected else 11
+
+
+def _confirm_ncu(plan: protocol.NcuPlan, said: Console) -> bool:
+    """Show the install plan's commands and ask y/N on the terminal."""
+    from .doctor import ask
+
+    said.print(Text.assemble("These commands run on the pod:", *(
+        safe("\n  $ " + shlex.join(step), "bold") for step in plan.install_plan or [])))
+    target = visible(plan.install_target_version or "Nsight Compute", 80)
+    return ask(f"Install ncu {target} on the pod? [y/N] ")

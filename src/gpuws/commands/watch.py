@@ -115,7 +115,9 @@ async def watch(args: argparse.Namespace) -> int:
         if not baseline_samples:
             raise UsageError(f"--baseline {args.baseline}: that run has no Tier-1 samples",
                              remedy="give a run that ran Tier 1 (`gpuws history` shows them)")
-    build_spec(args)  # the workload, tiers and options checked before connecting
+    # The workload, tiers and options checked before connecting; a watch that could
+    # measure nothing on any pod is refused here too.
+    refuse_unmeasurable(args, build_spec(args), None)
     workspace = None
     if args.workspace:
         from ..workspace.sync import WorkspaceSync
@@ -135,9 +137,15 @@ async def watch(args: argparse.Namespace) -> int:
                         on_iteration=lambda it: out.print(line(it), soft_wrap=True))
     # Ctrl+C ends the loop; an iteration's run goes on on the pod.
     loop.add_signal_handler(signal.SIGINT, watcher.stop)
+    refused: str | None = None  # the session of a watch refused once connected
     try:
         await connect_starting(engine, target_of(args), args)
         if engine.link is not None:
+            try:
+                refuse_unmeasurable(args, build_spec(args), engine.link.probe)
+            except UsageError:
+                refused = engine.session_id  # nothing watched: no empty session kept
+                raise
             gpus.check_on_pod(build_spec(args).gpu, engine.link.probe)
         err.print(Text(f"watching {', '.join(visible(str(r)) for r in roots)} on "
                        f"{visible(args.host)}: save a file to measure; Ctrl+C ends",
@@ -147,10 +155,47 @@ async def watch(args: argparse.Namespace) -> int:
         loop.remove_signal_handler(signal.SIGINT)
         with contextlib.suppress(Exception):
             await engine.close()
+        if refused is not None:
+            sid = refused
+            await engine.store.call(lambda s: s.discard_if_empty(sid))
         await engine.store.close()
     if watcher.iterations:
         out.print(summary(watcher.iterations))
     return 0
+
+
+def refuse_unmeasurable(args: argparse.Namespace, spec: protocol.RunSpec,
+                        probe: protocol.Probe | None) -> None:
+    """Refuse a watch whose every save would fail, or measure nothing, the same way.
+
+    One run shows such a failure once; a watch repeated it on every save (issue 34,
+    finding 8). The TUI's Launch asks before such a run; a command line cannot ask, so
+    ``--yes`` is the answer given in advance (what the other confirmations take).
+
+    Args:
+        args: the watch's arguments (``--yes``, the host as named).
+        spec: the iteration's spec.
+        probe: the pod's probe once connected (None before: only the workload is judged).
+
+    Raises:
+        UsageError: a ``cmd:`` workload (no Tier 1, so no median to compare), or a pod
+            without a GPU (a bundled kernel or a Python file fails at once).
+    """
+    if getattr(args, "yes", False):
+        return
+    if spec.workload.startswith("cmd:"):
+        raise UsageError(
+            "a cmd: workload has no Tier 1 (it times a Python file's run()): every save "
+            "would re-run the command and print no median to compare",
+            remedy="watch a Python file (-w file:PATH, -W DIR for its project), or add "
+                   "--yes to re-run the command on every save anyway")
+    if probe is not None and not probe.gpus:
+        why = visible(probe.gpu_error or "none was found", 200)
+        raise UsageError(
+            f"{visible(args.host, 80)} has no GPU ({why}): every save's run would fail at "
+            "once, the same way",
+            remedy=f"watch on a pod with a GPU (`{visible(target_of(args).command('doctor'))}`"
+                   " says what this one has), or add --yes to watch anyway")
 
 
 def watch_spec(args: argparse.Namespace) -> protocol.RunSpec:
