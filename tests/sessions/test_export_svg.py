@@ -300,3 +300,25 @@ def test_the_roofline_draws_no_roof_that_was_not_recorded() -> None:
     # A stored figure no GPU has is no roof, and no point.
     assert roofline_svg.usable(1e308, roofline_svg.GBPS_RANGE) is None
     assert isinstance(roofline_svg.point_of("k", 0, 1e300, 1e-300, 1.0), str)
+
+
+def test_worst_times_neither_raise_nor_escape_the_picture() -> None:
+    """Times the checker lets through (finite, not negative) at their extremes."""
+    evs: list[dict[str, Any]] = [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 0.0, "dur": 0.0, "pid": 0, "tid": 1},
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 1.7e308, "dur": 1.7e308, "pid": 0,
+         "tid": 1},  # its end overflows: left out
+        {"ph": "X", "cat": "memcpy", "name": "Memcpy HtoD", "ts": 1e300, "dur": 5e-324,
+         "pid": "p", "tid": "stream 2"},
+        {"ph": "X", "cat": "gpuws", "name": "judged window: w", "ts": 0.0, "dur": 1e308,
+         "pid": 0, "tid": "verdict"}]
+    pic = overview.timeline_svg(evs, "t")
+    assert pic is not None
+    root = svg_tree(pic.svg)
+    for el in root.iter():
+        for key in ("x", "width", "x1", "x2"):
+            if key in el.attrib:
+                assert 0.0 <= float(el.attrib[key]) <= 1300.0, (key, el.attrib)
+    assert "2 GPU events on 2 GPU track(s)" in pic.caption
+    only_zero = overview.timeline_svg(evs[:1], "t")  # one kernel of no duration
+    assert only_zero is not None and "1 GPU events on 1 GPU track(s)" in only_zero.caption

@@ -94,6 +94,8 @@ def timeline_svg(events: Sequence[dict[str, Any]], title: str) -> Picture | None
             names[ev.get("pid")] = str(ev["args"].get("name", ""))
         if ts is None or dur is None:
             continue
+        if not math.isfinite(ts + dur):
+            continue  # 1e308 + 1e308: no place on any axis
         if ph == "X" and cat in _GPU_CATS:
             key = (ev.get("pid"), ev.get("tid"))
             track = tracks.get(key)
