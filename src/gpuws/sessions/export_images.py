@@ -74,12 +74,14 @@ class Figures:
         why = ""
         if trace and trace[0].status == "pulled" and trace[0].local_path:
             try:
-                events = _trace_events(trace[0].local_path)
+                events, note = _trace_events(trace[0].local_path)
             except GpuwsError as exc:
                 why = f"The timeline trace was not drawn: {exc.message}."
             else:
                 pic = timeline_svg(events, title)
                 if pic is not None:
+                    if note:  # what the trace checker clipped, said where it shows
+                        pic = Picture(pic.svg, f"{pic.caption} The trace as pulled: {note}.")
                     return self._figure(run.run_id, "timeline", "Timeline (Tier 2 trace)", pic)
                 why = "The timeline trace holds no GPU event."
         elif trace:
@@ -125,8 +127,9 @@ class Figures:
         return self._figure(run.run_id, "roofline", "Roofline (Tier 3)", pic)
 
 
-def _trace_events(path: str) -> list[dict[str, object]]:
-    """The pulled trace's events, checked as ``gpuws trace`` checks them.
+def _trace_events(path: str) -> tuple[list[dict[str, object]], str]:
+    """The pulled trace's events, checked as ``gpuws trace`` checks them, and the
+    checker's line on what it clipped ("" if nothing).
 
     Raises:
         GpuwsError: unreadable, too large, or refused by :func:`tracefile.validate`.
@@ -141,6 +144,6 @@ def _trace_events(path: str) -> list[dict[str, object]]:
         raise GpuwsError(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(data) > MAX_TRACE_BYTES:
         raise GpuwsError(f"the trace is over {MAX_TRACE_BYTES >> 20} MiB")
-    doc, _note = tracefile.validate(tracefile.read_json(data))
+    doc, note = tracefile.validate(tracefile.read_json(data))
     events: list[dict[str, object]] = doc["traceEvents"]
-    return events
+    return events, note

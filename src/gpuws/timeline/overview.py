@@ -34,7 +34,7 @@ MAX_LABELS = 200
 NAME_READ = 1024
 #: Left-out phases listed per rank.
 MAX_PHASES = 6
-_LEFT = 190.0
+_LEFT = 220.0
 _TRACK_H = 18.0
 _TRACK_GAP = 4.0
 _GPU_CATS = {"kernel": "kernel", "memcpy": "memcpy", "memset": "memset",
@@ -62,6 +62,10 @@ class _Track:
 def short(name: str) -> str:
     """The short name of a kernel, from its first :data:`NAME_READ` characters."""
     return short_name(name[:NAME_READ])
+
+
+def _cut(text: str, n: int) -> str:
+    return text[:n] + "…" if len(text) > n else text
 
 
 def _natural(value: Any) -> tuple[Any, ...]:
@@ -139,7 +143,9 @@ def timeline_svg(events: Sequence[dict[str, Any]], title: str) -> Picture | None
         y = top + i * (_TRACK_H + _TRACK_GAP)
         rows.setdefault(track.pid, []).append(y)
         busy = _busy_share(track.events, t0, t1)
-        label = f"{names.get(track.pid) or f'process {track.pid}'} · {track.tid}"
+        # Each part cut on its own, so a long rank name cannot hide which stream it is.
+        label = f"{_cut(names.get(track.pid) or f'process {track.pid}', 16)} · " \
+            f"{_cut(str(track.tid), 14)}"
         svg.text(_LEFT - 6.0, y + 13.0, label, size=10.0, anchor="end", limit=40)
         svg.rect(_LEFT, y, PLOT_WIDTH, _TRACK_H, _IDLE,
                  tip=f"{label}: GPU busy {busy:.1f}% of the span")
@@ -156,12 +162,15 @@ def timeline_svg(events: Sequence[dict[str, Any]], title: str) -> Picture | None
         y = top + i * (_TRACK_H + _TRACK_GAP)
         for x, w, fam, level in _columns(track.events, t0, scale):
             svg.rect(_LEFT + x, y, w, _TRACK_H, FAMILY_COLOURS[fam], opacity=level)
-        for ts, end, _fam, name in track.events:
+        free = -math.inf  # where the last label on this track ends (labels never overlap)
+        for ts, end, _fam, name in sorted(track.events):
             w = (end - ts) * scale
-            if w >= LABEL_MIN_PX and labels < MAX_LABELS:
+            x = (ts - t0) * scale
+            if w >= LABEL_MIN_PX and labels < MAX_LABELS and x >= free:
                 labels += 1
-                svg.text(_LEFT + (ts - t0) * scale + 3.0, y + 13.0, short(name),
-                         size=10.0, limit=max(1, int(w / 6.5)))
+                free = x + w
+                svg.text(_LEFT + x + 3.0, y + 13.0, short(name), size=10.0,
+                         limit=max(1, int(w / 6.5) - 1))
     for pid, lo, hi, _name in windows:
         for at in (lo, hi):
             ys = rows.get(pid)

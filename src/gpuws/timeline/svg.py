@@ -27,7 +27,10 @@ _SPECIAL = re.compile("[&<>\"']")
 
 def text_of(value: object, limit: int = LABEL_LIMIT) -> str:
     """``value`` as XML character data (or an attribute value) that shows, never acts."""
-    s = visible(value, limit)
+    s = value if isinstance(value, str) else str(value)
+    # Cut before the escapes (a cut escape would show half of itself), with a bare
+    # ellipsis: a picture's label has no room for a count.
+    s = visible(s[:limit] + "…" if len(s) > limit else s, None)
     s = _XML_FORBIDDEN.sub(lambda m: f"\\u{ord(m.group(0)):04x}", s)
     return _SPECIAL.sub(lambda m: _ENTITIES[m.group(0)], s)
 
