@@ -324,3 +324,17 @@ def test_worst_times_neither_raise_nor_escape_the_picture() -> None:
     assert "2 GPU events on 2 GPU track(s)" in pic.caption
     only_zero = overview.timeline_svg(evs[:1], "t")  # one kernel of no duration
     assert only_zero is not None and "1 GPU events on 1 GPU track(s)" in only_zero.caption
+
+
+def test_a_report_name_with_spaces_and_brackets_still_links_its_pictures(
+        recorded: ModuleType, home: Path, tmp_path: Path) -> None:
+    from urllib.parse import unquote
+
+    sid = store_run(recorded, tmp_path, None)
+    report = tmp_path / "my report (v2) [final].md"
+    assert main(["export", sid, "-o", str(report)]) == 0
+    targets = links(report.read_text())
+    assert targets == ["my%20report%20%28v2%29%20%5Bfinal%5D.r1.timeline.svg",
+                       "my%20report%20%28v2%29%20%5Bfinal%5D.r1.roofline.svg"]
+    for target in targets:  # a relative link a viewer resolves beside the report
+        assert (report.parent / unquote(target)).is_file()
