@@ -219,7 +219,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("session", nargs="?", help="session id (or a unique prefix)")
     p.add_argument("--fleet", metavar="ID", help="write this fleet's comparison instead (id or "
                                                  "unique prefix; `gpuws fleets` lists them)")
-    p.add_argument("-o", "--output", help="file to write (default stdout)")
+    p.add_argument("-o", "--output", help="file to write (default stdout); with a file, each "
+                   "run's pictures (timeline, roofline) are written beside it as SVG files "
+                   "the report links")
+    p.add_argument("--no-images", action="store_true",
+                   help="write the report without its SVG pictures (and without their links)")
     p.set_defaults(func=_export)
 
     p = sub.add_parser("compare", help="compare two runs (speedup with CI, Cliff's delta)")

@@ -8,9 +8,11 @@ to the listing where ids are found (``gpuws history``, ``gpuws sessions``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterable
 from itertools import groupby
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -140,13 +142,46 @@ async def export(args: argparse.Namespace) -> int:
     # The report and comparison builders are imported by the commands that use them:
     # `history` and `sessions` start without them.
     from ..sessions.export import export_session
+    from ..sessions.export_images import Figures
 
     check_output(args.output)
+    # Pictures lie beside a report file; a report on stdout has nowhere to put them.
+    to_file = bool(args.output) and args.output != "-"
+    figures = Figures(_stem(Path(args.output).name)) \
+        if to_file and not getattr(args, "no_images", False) else None
     with Store() as store:
         session = find_session(store, args.session)
-        text = export_session(store, session.id) + agent_section(actions(store, session.id))
+        text = export_session(store, session.id, figures=figures) \
+            + agent_section(actions(store, session.id))
+    if figures is not None:
+        # Before the report, so a report never links a picture that is not there.
+        write_pictures(Path(args.output).parent, figures.files)
     write_report(text, args.output)
     return 0
+
+
+def write_pictures(folder: Path, files: dict[str, str]) -> None:
+    """Each picture (file name → SVG text) into ``folder``, each whole or not at all.
+
+    Raises:
+        UsageError: a file could not be written (its temporary file is removed).
+    """
+    for name, svg in sorted(files.items()):
+        path = folder / name
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            tmp.write_bytes(svg.encode("utf-8"))
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise UsageError(f"{path}: {exc.strerror or exc}",
+                             remedy="give -o a file in a writable directory, or leave the "
+                                    "pictures out with --no-images") from exc
+
+
+def _stem(name: str) -> str:
+    """``report`` for ``report.md``: the pictures' names begin with it."""
+    return name[:-3] if name.lower().endswith(".md") and len(name) > 3 else name
 
 
 async def compare(args: argparse.Namespace) -> int:

@@ -35,6 +35,7 @@ from gpuws.sessions.compare import (
     run_gpu,
 )
 from gpuws.sessions.cost import Economics, economics
+from gpuws.sessions.export_images import Figures
 from gpuws.sessions.fleet import cells, columns, failure_lines, fleet_comparison, notes
 from gpuws.sessions.store import (
     ArtifactRow,
@@ -66,13 +67,16 @@ _REPORT_TYPES = ("tier_started", "tier_finished", "tier1_result", "kernel_table"
                  "static_analysis")
 
 
-def export_session(store: Store, session_id: str, now: float | None = None) -> str:
+def export_session(store: Store, session_id: str, now: float | None = None,
+                   figures: Figures | None = None) -> str:
     """Render a whole session as markdown.
 
     Args:
         store: the session store.
         session_id: a session id or unique prefix.
         now: the time a still-connected session is measured up to (default: now).
+        figures: where each run's pictures go (timeline, roofline), linked from its
+            section; None: a report without pictures.
 
     Raises:
         StoreError: the session is unknown.
@@ -92,7 +96,7 @@ def export_session(store: Store, session_id: str, now: float | None = None) -> s
     out += _watch_iterations(store, runs)
     for run in runs:
         out += [""]
-        out += _run_section(store, run)
+        out += _run_section(store, run, figures)
     out += ["", "## Economics", ""]
     out += _economics(econ)
     out += _billed(store, session, econ)
@@ -240,7 +244,7 @@ def _package(p: protocol.PyPackage) -> str:
 
 
 # ----------------------------------------------------------------------------- runs
-def _run_section(store: Store, run: RunRow) -> list[str]:
+def _run_section(store: Store, run: RunRow, figures: Figures | None = None) -> list[str]:
     workload = _code(run.workload or "unknown workload", cell=False)
     out = [f"## Run {_code(run.run_id, cell=False)} — {workload}", ""]
     facts = [f"Status **{_esc(run.status)}**"]
@@ -287,10 +291,16 @@ def _run_section(store: Store, run: RunRow) -> list[str]:
     if tables:
         out += ["", f"### Kernels (Tier 2, from {_esc(tables[-1].source)})", ""]
         out += _kernel_table(tables[-1])
+    timeline = figures.timeline(store, run) if figures is not None else []
+    if timeline:
+        out += ["", *timeline]
     metrics = store.metrics(run.run_id)
     if metrics:
         out += ["", "### Nsight Compute metrics", ""]
         out += _metrics(metrics)
+        roofline = figures.roofline(store, run) if figures is not None else []
+        if roofline:
+            out += ["", *roofline]
     if static:
         out += ["", "### Static analysis", ""]
         out += _static(static)
