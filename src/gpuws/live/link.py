@@ -42,6 +42,8 @@ class Target:
         rate: the pod's price in USD per hour (else the config's).
         accept_new: record an unknown host key.
         pty: reach the pod through a terminal only (``--pty``); ``None`` detects it.
+        persist: use (or leave) a kept connection when the host's config sets ``persist``;
+            False for ``--no-persist``.
     """
 
     host: str
@@ -52,6 +54,7 @@ class Target:
     rate: float | None = None
     accept_new: bool = False
     pty: bool | None = None
+    persist: bool = True
 
     def accepting_new_key(self) -> Target:
         """The same target, allowed to record an unknown host key."""
@@ -158,9 +161,12 @@ async def _resolve(target: Target, on_step: OnStep, clock: Callable[[], float]) 
     t0 = clock()
     on_step("resolve", "running", None, "")
     try:
+        from ..transport.persist import idle_for
+
         transport = make_transport(target.host, config_file=target.ssh_config, port=target.port,
                                    user=target.user, accept_new=target.accept_new,
-                                   pty=target.pty)
+                                   pty=target.pty,
+                                   persist_s=idle_for(target.host, enabled=target.persist))
         if transport.info.kind == "local":
             detail = "this machine: the agent runs as a local subprocess"
         else:
@@ -173,8 +179,11 @@ async def _resolve(target: Target, on_step: OnStep, clock: Callable[[], float]) 
 
 
 async def _resolve_ssh(transport: Transport) -> str:
+    from ..transport.persist.client import PersistTransport
     from ..transport.ssh import SSHTransport, map_error  # asyncssh: only for remote pods
 
+    if isinstance(transport, PersistTransport):
+        transport = transport.direct  # the kept connection's target, resolved the same way
     assert isinstance(transport, SSHTransport)
     t = transport.target
     where = f"{t.user}@{t.hostname}:{t.port}"
