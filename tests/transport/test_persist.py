@@ -241,7 +241,7 @@ def test_a_stale_socket_is_removed_and_a_new_master_made(
     wait_for(lambda: not alive(first["pid"]), "the master to die")
     sock = socket_of(kept)
     assert sock.exists()  # SIGKILL left it: nobody answers there now
-    code, r, err = doctor(capsys, kept)
+    code, _, err = doctor(capsys, kept)
     assert code == 0, err
     second, found = master_hello(kept)
     try:
@@ -260,7 +260,7 @@ def test_a_socket_that_answers_nonsense_is_replaced(kept: Path, runtime: Path,
     try:
         # It accepts (the kernel's backlog) but never says hello: the command waits
         # HELLO_S, takes it for hung, removes it and makes a real master.
-        code, r, err = doctor(capsys, kept)
+        code, _, err = doctor(capsys, kept)
         assert code == 0, err
         hello, found = master_hello(kept)
         assert found
@@ -400,3 +400,32 @@ def test_a_bad_persist_in_the_config_is_one_line(ssh_config: Path, runtime: Path
     err = capsys.readouterr().err
     assert code != 0
     assert err.count("\n") == 1 and "persist" in err
+
+
+def test_a_master_killed_during_the_connect_is_redialled_once(kept: Path, runtime: Path,
+                                                              capsys: pytest.CaptureFixture[str]
+                                                              ) -> None:
+    from gpuws.live.link import Target, dial
+
+    first, _ = master_hello(kept)
+    said: list[str] = []
+
+    def on_step(step: str, state: str, seconds: float | None, detail: str) -> None:
+        # Between the kept connection's hello and the agent's start: the worst moment.
+        if step == "deploy" and state == "running" and not said:
+            said.append("killed")
+            os.kill(first["pid"], signal.SIGKILL)
+            wait_for(lambda: not alive(first["pid"]), "the master to die")
+
+    async def go() -> str:
+        client, probe = await dial(Target("pod", ssh_config=str(kept)), on_step)
+        await client.close()
+        return probe.hostname
+
+    assert asyncio.run(go())
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "connecting again" in line]
+    assert len(lines) == 1 and lines[0].startswith("gpuws: the master keeping the connection")
+    second, found = master_hello(kept)
+    assert found and second["pid"] != first["pid"]
+    stop_master(second["pid"])

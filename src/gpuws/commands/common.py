@@ -66,10 +66,24 @@ def target_of(args: argparse.Namespace) -> Target:
 
 
 async def connect(args: argparse.Namespace, transport: Transport | None = None) -> AgentClient:
-    """Connect (``transport``, or the one the arguments name) and start the agent."""
-    from ..client import AgentClient
+    """Connect (``transport``, or the one the arguments name) and start the agent.
 
-    return await AgentClient.connect(transport or transport_for(args), python=args.python)
+    A kept connection's master that goes away meanwhile is said in one line and the
+    connection is made once more (a new master)."""
+    from ..client import AgentClient
+    from ..errors import GpuwsError
+
+    used = transport or transport_for(args)
+    try:
+        return await AgentClient.connect(used, python=args.python)
+    except GpuwsError:
+        from ..transport.persist.client import went_away
+
+        reason = went_away(used)
+        if reason is None:
+            raise
+        sys.stderr.write(f"gpuws: {reason}; connecting again\n")
+        return await AgentClient.connect(transport_for(args), python=args.python)
 
 
 def console(stderr: bool = False, markup: bool = True) -> Console:

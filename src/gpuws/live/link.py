@@ -119,10 +119,29 @@ async def dial(target: Target, on_step: OnStep = _no_step,
                                                                       protocol.Probe]:
     """Connect, deploy and probe, reporting each step; no session is opened here.
 
+    A kept connection's master that goes away while this runs (killed, its link lost) is
+    said in one line and the whole dial is made once more (a new master).
+
     Raises:
         UnknownHostKey: the host key is unknown (ask, then retry with ``accept_new``).
         GpuwsError: any other failure, with its remedy; nothing is left open.
     """
+    try:
+        return await _dial(target, on_step, clock)
+    except _MasterGone as gone:
+        gone.say(f"{gone.reason}; connecting again")
+        return await _dial(target, on_step, clock)
+
+
+class _MasterGone(Exception):
+    def __init__(self, reason: str, say: Callable[[str], None]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.say = say
+
+
+async def _dial(target: Target, on_step: OnStep,
+                clock: Callable[[], float]) -> tuple[AgentClient, protocol.Probe]:
     transport = await _resolve(target, on_step, clock)
     client: AgentClient | None = None
     try:
@@ -149,11 +168,17 @@ async def dial(target: Target, on_step: OnStep = _no_step,
             raise
         on_step("probe", "ok", clock() - t0, probe_summary(probe))
         return client, probe
-    except BaseException:
+    except BaseException as exc:
         if client is not None:
             await client.close()
         else:
             await transport.close()
+        if isinstance(exc, GpuwsError) and transport.info.kind != "local":
+            from ..transport.persist.client import PersistTransport, went_away
+
+            reason = went_away(transport)
+            if reason is not None and isinstance(transport, PersistTransport):
+                raise _MasterGone(reason, transport.say) from exc
         raise
 
 

@@ -393,6 +393,16 @@ class PersistTransport(Transport):
             await self._fallback.close()
 
 
+def went_away(transport: Transport) -> str | None:
+    """Why the master ``transport`` was using went away mid-command, or None (not a kept
+    connection, or it is fine): a caller that can start over (a connect) does so once."""
+    if isinstance(transport, PersistTransport) and transport.kept:
+        reason = transport.lost_reason
+        if reason and "the master keeping the connection" in reason:
+            return reason
+    return None
+
+
 class _Pipe:
     """One relayed output stream (a :class:`~gpuws.transport.base.ByteReader`)."""
 
