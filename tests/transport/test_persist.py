@@ -429,3 +429,19 @@ def test_a_master_killed_during_the_connect_is_redialled_once(kept: Path, runtim
     second, found = master_hello(kept)
     assert found and second["pid"] != first["pid"]
     stop_master(second["pid"])
+
+
+def test_a_kept_command_never_imports_asyncssh(kept: Path, runtime: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # asyncssh's import was 0.2-0.7 s of every command's start; the master holds it.
+    assert doctor(capsys, kept)[0] == 0  # leaves the master
+    probe = ("import sys, runpy; sys.argv = ['gpuws', *sys.argv[1:]]; code = None\n"
+             "try:\n    runpy.run_module('gpuws', run_name='__main__')\n"
+             "except SystemExit as e:\n    code = e.code\n"
+             "sys.stderr.write(f'\\nexit={code} asyncssh={\"asyncssh\" in sys.modules}\\n')")
+    done = subprocess.run([sys.executable, "-c", probe, "doctor", "pod", "-F", str(kept)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.stderr.strip().splitlines()[-1] == "exit=0 asyncssh=False", done.stderr
+    hello, found = master_hello(kept)
+    assert found
+    stop_master(hello["pid"])

@@ -205,12 +205,14 @@ async def _resolve(target: Target, on_step: OnStep, clock: Callable[[], float]) 
 
 async def _resolve_ssh(transport: Transport) -> str:
     from ..transport.persist.client import PersistTransport
-    from ..transport.ssh import SSHTransport, map_error  # asyncssh: only for remote pods
 
     if isinstance(transport, PersistTransport):
-        transport = transport.direct  # the kept connection's target, resolved the same way
-    assert isinstance(transport, SSHTransport)
-    t = transport.target
+        t = transport.target  # resolved the same way, without importing asyncssh
+    else:
+        from ..transport.ssh import SSHTransport  # asyncssh: only for remote pods
+
+        assert isinstance(transport, SSHTransport)
+        t = transport.target
     where = f"{t.user}@{t.hostname}:{t.port}"
     if t.proxy_jump:
         return f"{where} via {t.proxy_jump}"  # the jump host resolves the name
@@ -220,6 +222,8 @@ async def _resolve_ssh(transport: Transport) -> str:
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(t.hostname, t.port)
     except OSError as exc:
+        from ..transport.ssh import map_error
+
         raise map_error(exc, t) from exc
     addr = str(infos[0][4][0]) if infos else t.hostname
     return where if addr == t.hostname else f"{where} ({addr})"

@@ -27,13 +27,13 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ...errors import ConnectError, GpuwsError
 from ..base import TRANSFER_STALL_S, RemoteProcess, Transport, TransportInfo, within_stall
-from ..pty import PTYTransport
-from ..ssh import HostKeyVerdict
+from ..sshconfig import resolve
 from . import wire
 from .peer import peer_uid
 from .place import PERSIST_VERSION, Place, PlaceError, identity, place_for, private_dir
@@ -43,6 +43,28 @@ HELLO_S = 5.0
 #: Bytes of a process's stdout held here before the socket is read no further (the
 #: master's drain then waits, the SSH window fills: the engine's backpressure holds).
 PIPE_LIMIT = 1 << 20
+
+
+#: Seconds to reach the pod when the config sets no ``ConnectTimeout`` (as ssh.py's).
+CONNECT_TIMEOUT = 15.0
+
+
+@dataclass
+class Verdict:
+    """The master's host-key decision, as :class:`gpuws.transport.ssh.HostKeyVerdict`
+    says it (the same fields: the link reads either). Its own class, so that a command
+    using a kept connection never imports asyncssh (0.2-0.7 s of its start)."""
+
+    status: str = "unchecked"
+    fingerprint: str = ""
+    key_type: str = ""
+    known_hosts: str = ""
+
+    @classmethod
+    def of(cls, doc: object) -> Verdict | None:
+        if not isinstance(doc, dict):
+            return None
+        return cls(**{k: str(v) for k, v in doc.items() if k in cls.__dataclass_fields__})
 
 
 class Unkept(Exception):
@@ -69,8 +91,7 @@ class PersistTransport(Transport):
         runtime_base: the runtime directory (tests; else ``$XDG_RUNTIME_DIR``...).
 
     Attributes:
-        direct: the transport this command would use by itself (its target resolved; it
-            connects only when the kept connection cannot be used).
+        target: where and how, as OpenSSH's rules resolve it (``ssh -G``).
         reused: whether ``connect`` found a live master (False: it made one).
         master: the master's last hello (pid, counters), None before ``connect``.
     """
@@ -79,9 +100,7 @@ class PersistTransport(Transport):
                  port: int | None = None, user: str | None = None, accept_new: bool = False,
                  pty: bool | None = None, idle_s: float,
                  say: Callable[[str], None] = _say, runtime_base: Path | None = None) -> None:
-        self.direct = PTYTransport(destination, config_file=config_file, port=port, user=user,
-                                   accept_new=accept_new, pty=pty)
-        self.target = self.direct.target
+        self.target = resolve(destination, config_file, port=port, user=user)
         self.destination = destination
         self.config_file = config_file
         self.port = port
@@ -91,20 +110,30 @@ class PersistTransport(Transport):
         self.idle_s = idle_s
         self.say = say
         self.runtime_base = runtime_base
-        self.info = self.direct.info
+        self.info = TransportInfo(kind="ssh", target=destination,
+                                  notes=list(self.target.notes))
         self.reused = False
         self.master: dict[str, Any] | None = None
         self.place: Place | None = None
-        self._verdict: HostKeyVerdict | None = None
+        self._verdict = Verdict()
         self._fallback: Transport | None = None
         self._lost: str | None = None
 
+    def direct(self) -> Transport:
+        """The transport this command uses by itself when the kept connection cannot be
+        used (asyncssh is imported only then)."""
+        from ..pty import PTYTransport
+
+        return PTYTransport(self.destination, config_file=self.config_file, port=self.port,
+                            user=self.user, accept_new=self.accept_new, pty=self.pty)
+
     # -- what the link layer reads
     @property
-    def verdict(self) -> HostKeyVerdict:
-        """The host-key decision of the connection in use."""
-        if self._fallback is not None or self._verdict is None:
-            return self.direct.verdict
+    def verdict(self) -> object:
+        """The host-key decision of the connection in use (``status``, ``fingerprint``,
+        ``key_type``, ``known_hosts``)."""
+        if self._fallback is not None:
+            return getattr(self._fallback, "verdict", None)
         return self._verdict
 
     @property
@@ -131,9 +160,9 @@ class PersistTransport(Transport):
         except Unkept as exc:
             self.say(f"the connection to {self.destination} is not kept ({exc}); "
                      "connecting without it (--no-persist says so for one command)")
-            self._fallback = self.direct
-            await self.direct.connect()
-            self.info = self.direct.info
+            self._fallback = direct = self.direct()
+            await direct.connect()
+            self.info = direct.info
             return
         self._adopt(hello)
         self.info.connect_s = time.monotonic() - t0
@@ -151,10 +180,7 @@ class PersistTransport(Transport):
         info.notes = [*info.notes, f"connection kept by gpuws (master pid {hello.get('pid')}, "
                       f"closes after {self.idle_s:g} s unused; --no-persist to go without)"]
         self.info = info
-        verdict = hello.get("verdict")
-        if isinstance(verdict, dict):
-            self._verdict = HostKeyVerdict(**{k: str(v) for k, v in verdict.items()
-                                              if k in HostKeyVerdict.__dataclass_fields__})
+        self._verdict = Verdict.of(hello.get("verdict")) or self._verdict
 
     async def _reach(self) -> dict[str, Any]:
         try:
@@ -263,7 +289,8 @@ class PersistTransport(Transport):
         hops = 1 + len(self.target.jump_hosts)
         try:
             line = await asyncio.wait_for(reader.readline(),
-                                          self.direct.connect_timeout * hops + 30)
+                                          (self.target.connect_timeout or CONNECT_TIMEOUT)
+                                          * hops + 30)
         except TimeoutError:
             proc.kill()
             raise Unkept("a new master did not say it was ready in time") from None
@@ -277,10 +304,7 @@ class PersistTransport(Transport):
             raise Unkept("a new master said something unreadable") from None
         if doc.get("ok"):
             return
-        verdict = doc.get("verdict")
-        if isinstance(verdict, dict):
-            self._verdict = HostKeyVerdict(**{k: str(v) for k, v in verdict.items()
-                                              if k in HostKeyVerdict.__dataclass_fields__})
+        self._verdict = Verdict.of(doc.get("verdict")) or self._verdict
         # The pod's own answer (unknown host key, auth refused, unreachable): the same
         # error a direct connect raises, with the same remedy; nothing is retried.
         raise wire.error_of(doc)
