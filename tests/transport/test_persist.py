@@ -29,7 +29,7 @@ from gpuws.cli import main
 from gpuws.client import AgentClient
 from gpuws.errors import ConfigError
 from gpuws.remote_agent import lease
-from gpuws.transport.persist import parse_persist
+from gpuws.transport.persist import parse_persist, wire
 from gpuws.transport.persist.client import PersistTransport
 from gpuws.transport.persist.place import identity, place_for, private_dir
 from sshd import SshServer  # type: ignore[import-not-found]
@@ -445,3 +445,79 @@ def test_a_kept_command_never_imports_asyncssh(kept: Path, runtime: Path,
     hello, found = master_hello(kept)
     assert found
     stop_master(hello["pid"])
+
+
+# ------------------------------------------------------------------------- the socket's wire
+def _frames_of(data: bytes) -> list[tuple[bytes, bytes]]:
+    async def read() -> list[tuple[bytes, bytes]]:
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        reader.feed_eof()
+        got = []
+        while (f := await wire.read_frame(reader)) is not None:
+            got.append(f)
+        return got
+
+    return asyncio.run(read())
+
+
+def test_wire_frames_round_trip() -> None:
+    big = os.urandom(wire.MAX_FRAME * 2 + 7)
+    data = wire.control({"op": "info"}) + wire.frames(b"O", big) + wire.frame(b"N")
+    got = _frames_of(data)
+    assert got[0] == (b"J", b'{"op": "info"}')
+    assert b"".join(p for k, p in got if k == b"O") == big
+    assert [len(p) for k, p in got if k == b"O"] == [wire.MAX_FRAME, wire.MAX_FRAME, 7]
+    assert got[-1] == (b"N", b"")
+
+
+@pytest.mark.parametrize(("data", "why"), [
+    (b"Z\x00\x00\x00\x00", "unknown frame kind"),
+    (b"O\xff\xff\xff\xff", "a frame of 4294967295 bytes"),
+    (b"O\x00\x10\x00\x01", "a frame of"),
+    (b"O\x00\x00\x00\x09abc", "inside a frame"),
+    (b"J\x00", "inside a frame"),
+])
+def test_wire_worst_frames_are_refused(data: bytes, why: str) -> None:
+    with pytest.raises(wire.WireError, match=why):
+        _frames_of(data)
+
+
+@pytest.mark.parametrize("payload", [b"not json", b"[1, 2]", b'"text"', b"\xff\xfe"])
+def test_wire_control_frames_must_be_objects(payload: bytes) -> None:
+    with pytest.raises(wire.WireError):
+        wire.decode(payload)
+
+
+def test_an_error_crosses_as_its_own_class() -> None:
+    from gpuws.errors import AuthError, GpuwsError
+
+    exc = wire.error_of(wire.decode(wire.error_frame(AuthError("no key", remedy="ssh-add"))[5:]))
+    assert isinstance(exc, AuthError) and exc.message == "no key" and exc.remedy == "ssh-add"
+    odd = wire.error_of({"error": "SystemExit", "message": "x"})
+    assert type(odd) is GpuwsError  # a name outside the list is never instantiated
+
+
+def test_the_master_survives_clients_that_speak_nonsense(kept: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    assert doctor(capsys, kept)[0] == 0
+    first, _ = master_hello(kept)
+    sock = socket_of(kept)
+    for junk in (b"", b"Z" * 64, b"J\xff\xff\xff\xff", wire.control({"op": "info"}),
+                 wire.control({"hello": "gpuws-persist", "version": 1, "identity": "0" * 64,
+                               "op": "info"}),
+                 wire.control({"hello": "gpuws-persist", "version": 1,
+                               "identity": first["identity"], "op": "start", "argv": "sh"}),
+                 wire.control({"hello": "gpuws-persist", "version": 1,
+                               "identity": first["identity"], "op": "format-disk"})):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(str(sock))
+            s.sendall(junk)
+            s.shutdown(socket.SHUT_WR)
+            s.settimeout(30)
+            answer = s.recv(65536)
+            assert b"started" not in answer and b'"pid"' not in answer  # nothing served
+    second, found = master_hello(kept)
+    assert found and second["pid"] == first["pid"] and second["streams"] == first["streams"]
+    stop_master(second["pid"])

@@ -296,6 +296,10 @@ class PersistTransport(Transport):
             raise Unkept("a new master did not say it was ready in time") from None
         finally:
             pipe.close()
+            # The spawned process forks the master and exits at once (the master is then
+            # no child of this command, nothing to reap later): reap that one now.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
         if not line:
             raise Unkept(f"a new master exited before it was ready ({_last_line(place.log)})")
         try:
@@ -393,21 +397,6 @@ class PersistTransport(Transport):
                     raise ConnectError(f"reading {path}: frame {kind!r} out of place")
         except wire.WireError as exc:
             raise ConnectError(f"reading {path}: {exc}", title="Connection lost") from exc
-        finally:
-            writer.close()
-
-    async def stop_master(self) -> bool:
-        """Ask this identity's master to close now; whether one answered."""
-        if self.place is None or self._fallback is not None:
-            return False
-        try:
-            reader, writer = await self._conversation("stop")
-        except ConnectError:
-            return False
-        try:
-            return await wire.read_frame(reader) is not None
-        except (OSError, wire.WireError):
-            return False
         finally:
             writer.close()
 

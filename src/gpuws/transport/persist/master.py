@@ -9,7 +9,7 @@ the checked 0700 directory) and serves, each client connection one conversation
 (:mod:`.wire`): ``info`` (the hello), ``start`` (a new exec channel on the kept
 connection, its stdin/stdout/stderr relayed: a new session per client, as OpenSSH's
 ControlMaster opens one per ``ssh``), ``read_file`` (SFTP, or the agent's ``cat``),
-``switch`` (to a terminal-only pod's sessions) and ``stop``.
+and ``switch`` (to a terminal-only pod's sessions).
 
 It holds no agent of its own: every agent it carries belongs to a command and ends
 with it, so with no command connected there is no ``serve`` on the pod, and the pod's
@@ -206,9 +206,6 @@ class Master:
         op = doc.get("op")
         if op == "info":
             writer.write(wire.control(self.hello()))
-        elif op == "stop":
-            self._stop("asked to stop")
-            writer.write(wire.control({"stopping": True}))
         elif op == "switch":
             switched = await t.switch_to_terminal()
             writer.write(wire.control({"switched": switched, "info": dataclasses.asdict(t.info)}))
@@ -322,6 +319,10 @@ def _ready(doc: dict[str, Any]) -> None:
 
 def main() -> int:
     """Read the spec from stdin, serve, return the exit status."""
+    # Fork once and let the first process exit: the master is then no child of the
+    # command that spawned it (a long-lived TUI would otherwise keep it as a zombie).
+    if os.fork() > 0:
+        os._exit(0)
     spec = json.loads(sys.stdin.buffer.read())
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
