@@ -521,3 +521,19 @@ def test_the_master_survives_clients_that_speak_nonsense(kept: Path,
     second, found = master_hello(kept)
     assert found and second["pid"] == first["pid"] and second["streams"] == first["streams"]
     stop_master(second["pid"])
+
+
+def test_a_terminal_only_pod_is_kept_too(sshd_pty: SshServer, tmp_path: Path, runtime: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    sshd_pty.reset_pod()
+    cfg = sshd_pty.client_files(tmp_path / "client")
+    Path(os.environ["GPUWS_CONFIG"]).write_text('[hosts.pod]\npersist = "10m"\n')
+    code, first, err = doctor(capsys, cfg)
+    assert code == 0, err
+    assert first["transport"]["kind"] == "pty"  # detected through the master ("switch")
+    code, second, err = doctor(capsys, cfg)
+    assert code == 0, err
+    assert second["transport"]["kind"] == "pty" and second["agent"]["cache_state"] == "cached"
+    hello, found = master_hello(cfg)
+    assert found and hello["dials"] == 1 and hello["streams"] >= 2
+    stop_master(hello["pid"])
