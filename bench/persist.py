@@ -4,7 +4,8 @@ On the tests' real sshd (``bench/_sshd.py``; with ``--rtt MS`` through its delay
 each round runs, in turn: ``ssh pod true`` (OpenSSH, a new connection each time), warm
 ``gpuws doctor pod`` and ``gpuws run pod -w cmd:true`` with ``--no-persist`` (their own
 connection) and with the host's ``persist = "10m"`` (through the master the warm-up
-left). The figure is each command's median wall time over ``--runs`` rounds (at least
+left), and ``python -c pass`` (the interpreter's start, the floor of any Python
+command). The figure is each command's median wall time over ``--runs`` rounds (at least
 5), and its ratio to ``ssh pod true``; the master's own counters show that the kept
 commands made no new SSH connection::
 
@@ -64,6 +65,8 @@ def main() -> int:
         cfg = ["-F", str(pod.config)]
         commands = {
             "ssh pod true": pod.ssh("true"),
+            # The floor under any Python command: the interpreter's own start.
+            "python -c pass": [sys.executable, "-c", "pass"],
             "gpuws doctor pod --no-persist": [*gpuws, "doctor", "pod", *cfg, "--no-persist"],
             "gpuws doctor pod (kept)": [*gpuws, "doctor", "pod", *cfg],
             "gpuws run pod -w cmd:true --no-persist": [*gpuws, "run", "pod", *cfg, "-w",

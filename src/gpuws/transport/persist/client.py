@@ -53,7 +53,8 @@ CONNECT_TIMEOUT = 15.0
 class Verdict:
     """The master's host-key decision, as :class:`gpuws.transport.ssh.HostKeyVerdict`
     says it (the same fields: the link reads either). Its own class, so that a command
-    using a kept connection never imports asyncssh (0.2-0.7 s of its start)."""
+    using a kept connection never imports asyncssh (0.68 s of a start measured
+    here under load, docs/performance.md §16)."""
 
     status: str = "unchecked"
     fingerprint: str = ""
@@ -157,9 +158,11 @@ class PersistTransport(Transport):
         self._lost = None
         try:
             hello = await self._reach()
-        except Unkept as exc:
-            self.say(f"the connection to {self.destination} is not kept ({exc}); "
-                     "connecting without it (--no-persist says so for one command)")
+        except (Unkept, OSError) as exc:
+            # OSError: the lock or the log could not be opened, the master not started.
+            why = str(exc) if isinstance(exc, Unkept) else f"{exc.strerror or exc}"
+            self.say(f"the connection to {self.destination} is not kept: {why}; this "
+                     "command connects by itself")
             self._fallback = direct = self.direct()
             await direct.connect()
             self.info = direct.info
@@ -177,8 +180,10 @@ class PersistTransport(Transport):
         fields = {k: raw[k] for k in ("kind", "target", "sftp", "notes", "dead_link_bound_s")
                   if k in raw}
         info = TransportInfo(**fields)
+        idle = hello.get("idle_s")
+        idle_s = float(idle) if isinstance(idle, (int, float)) else self.idle_s
         info.notes = [*info.notes, f"connection kept by gpuws (master pid {hello.get('pid')}, "
-                      f"closes after {self.idle_s:g} s unused; --no-persist to go without)"]
+                      f"closes after {idle_s:g} s unused; --no-persist to go without)"]
         self.info = info
         self._verdict = Verdict.of(hello.get("verdict")) or self._verdict
 
