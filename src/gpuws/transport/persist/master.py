@@ -48,6 +48,11 @@ from .place import PERSIST_VERSION
 HELLO_S = 10.0
 #: How often the master looks whether its socket is still its own.
 CHECK_S = 5.0
+#: The least a new master waits for its first client: the command that started it
+#: connects right after the ready line, but on a loaded machine that can take longer
+#: than a short ``persist`` ("1s"), and a master gone before that command used it would
+#: make it connect by itself.
+FIRST_CLIENT_S = 30.0
 
 
 class Master:
@@ -125,7 +130,9 @@ class Master:
                     return "its socket was replaced or removed"
                 wait = CHECK_S
                 if self.active == 0:
-                    left = self.idle_s - (time.monotonic() - self.idle_since)
+                    idle_s = self.idle_s if self.streams else max(self.idle_s,
+                                                                  FIRST_CLIENT_S)
+                    left = idle_s - (time.monotonic() - self.idle_since)
                     if left <= 0:
                         return f"idle for {self.idle_s:g} s"
                     wait = min(wait, left)
