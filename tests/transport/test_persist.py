@@ -538,3 +538,13 @@ def test_a_terminal_only_pod_is_kept_too(sshd_pty: SshServer, tmp_path: Path, ru
     hello, found = master_hello(cfg)
     assert found and hello["dials"] == 1 and hello["streams"] >= 2
     stop_master(hello["pid"])
+
+
+@pytest.mark.parametrize("command", ["doctor", "run", "sync", "pull", "attach", "runs",
+                                     "watch", "cancel"])
+def test_every_pod_command_takes_no_persist(command: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    assert "--no-persist" in capsys.readouterr().out
