@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -83,6 +84,7 @@ def main() -> int:
                 times[name].append(_wall(argv))
         after = _hello(pod.config)
         os.kill(int(str(after["pid"])), signal.SIGTERM)
+        shutil.rmtree(runtime, ignore_errors=True)
         ssh = statistics.median(times["ssh pod true"])
         where = machine()
         print(f"`python3 bench/persist.py --runs {args.runs}"

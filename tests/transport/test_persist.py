@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -82,6 +83,7 @@ def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield base
     for pid in masters_under(base):
         stop_master(pid)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
