@@ -550,3 +550,40 @@ def test_every_pod_command_takes_no_persist(command: str,
         main([command, "--help"])
     assert done.value.code == 0
     assert "--no-persist" in capsys.readouterr().out
+
+
+def test_a_master_whose_link_dies_ends_and_the_next_command_makes_a_new_one(
+        tmp_path: Path, runtime: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server = SshServer(tmp_path / "own-sshd", "default").start()  # this test kills its sessions
+    try:
+        cfg = server.client_files(tmp_path / "client")
+        Path(os.environ["GPUWS_CONFIG"]).write_text('[hosts.pod]\npersist = "10m"\n')
+        assert doctor(capsys, cfg)[0] == 0
+        first, _ = master_hello(cfg)
+        sock = socket_of(cfg)
+        # The connection's own sshd process (a child of the listening daemon) dies, as a
+        # pod's sshd does when the pod goes away: the master's link is lost.
+        daemon = server.proc.pid
+        children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+                    and _ppid(p) == daemon]
+        assert children
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not alive(first["pid"]), "the master to end with its link")
+        assert not sock.exists()  # it removed its own socket
+        assert "link lost" in sock.with_suffix(".log").read_text()
+        code, _, err = doctor(capsys, cfg)
+        assert code == 0, err
+        second, found = master_hello(cfg)
+        assert found and second["pid"] != first["pid"]
+        stop_master(second["pid"])
+    finally:
+        server.stop()
+
+
+def _ppid(proc_dir: Path) -> int | None:
+    try:
+        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
