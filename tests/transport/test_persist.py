@@ -587,3 +587,29 @@ def _ppid(proc_dir: Path) -> int | None:
         return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def test_sync_of_big_files_through_the_master(kept: Path, sshd: SshServer, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuws.workspace.sync import workspace_name
+
+    # Puts of several MiB per line cross the socket as many 1 MiB frames each way.
+    root = tmp_path / "proj"
+    root.mkdir()
+    blobs = {"big.bin": os.urandom(9 << 20), "small.py": b"print('hi')\n",
+             "sub/mid.bin": os.urandom(3 << 20)}
+    for rel, data in blobs.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    assert main(["sync", "pod", "-F", str(kept), "-W", str(root), "--json"]) == 0
+    capsys.readouterr()
+    where = sshd.pod_cache / "workspaces" / workspace_name(root.resolve())
+    for rel, data in blobs.items():
+        assert (where / rel).read_bytes() == data
+    (root / "small.py").write_bytes(b"print('edited')\n")
+    assert main(["sync", "pod", "-F", str(kept), "-W", str(root), "--json"]) == 0
+    capsys.readouterr()
+    assert (where / "small.py").read_bytes() == b"print('edited')\n"
+    hello, found = master_hello(kept)
+    assert found and hello["dials"] == 1 and hello["streams"] >= 2
+    stop_master(hello["pid"])
