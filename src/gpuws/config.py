@@ -37,6 +37,9 @@ Per host (or under ``[defaults]``):
   (default 300); a host that still answers is said not stopped, and may still bill;
 - ``agent``, ``agent_may_start_stop``: ``true`` opens the host to a coding agent through
   ``gpuws mcp`` (and lets it start and stop the pod); both default to no.
+- ``persist``: keep the host's SSH connection for the next command, as OpenSSH's
+  ControlPersist does: ``"10m"``, ``"90s"``, ``"1h"``, seconds, ``"yes"`` (10 minutes) or
+  ``"no"`` (the default); ``--no-persist`` turns it off for one command.
 
 ``budget_usd`` is per host, per pod start and per day: it counts what the host's sessions
 cost (connected time × rate, every ``gpuws`` command and TUI connection together) since
@@ -72,6 +75,10 @@ Positive = Annotated[float, msgspec.Meta(gt=0, le=86400)]
 Argv = Annotated[list[Annotated[str, msgspec.Meta(min_length=1)]], msgspec.Meta(min_length=1)]
 Minutes = Annotated[float, msgspec.Meta(gt=0, le=60 * 24 * 366)]
 BudgetAction = Literal["warn", "stop"]
+# A kept connection's idle time ("10m", "90s", "1h", seconds), or yes/no: checked in full
+# (zero, over a week) by gpuws.transport.persist.setting.parse_persist when used.
+Persist = bool | Annotated[str, msgspec.Meta(
+    pattern=r"^\s*(?i:no|off|false|yes|on|true|[0-9]+(\.[0-9]+)?[smh]?)\s*$")]
 
 #: The name of this machine as a host (``gpuws connect local``): no SSH, the agent runs here.
 LOCAL_HOST = "local"
@@ -109,6 +116,9 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             doctor); ``None`` (left out) means no.
         agent_may_start_stop: whether that agent may also start and stop the pod (its
             ``start``/``stop`` commands); ``None`` (left out) means no.
+        persist: how long the host's SSH connection is kept for the next command after
+            the last one ends (``"10m"``, ``"90s"``, ``"yes"``, ``"no"``:
+            :mod:`gpuws.transport.persist`); ``None`` (left out) means not kept.
     """
 
     rate_usd_per_hour: NonNegative | None = None
@@ -123,6 +133,7 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     stop_wait_s: Positive | None = None
     agent: bool | None = None
     agent_may_start_stop: bool | None = None
+    persist: Persist | None = None
 
     @property
     def may_stop_running(self) -> bool:

@@ -37,6 +37,9 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
                    help="reach the pod through an interactive terminal only (a proxy that "
                         "refuses exec and SFTP, like RunPod's basic SSH); detected by itself "
                         "when the server refuses exec")
+    p.add_argument("--no-persist", dest="persist", action="store_false",
+                   help="neither use nor leave a kept connection to the host (the "
+                        "config's `persist`) for this command")
 
 
 def transport_for(args: argparse.Namespace) -> Transport:
@@ -44,10 +47,12 @@ def transport_for(args: argparse.Namespace) -> Transport:
     # The client, the link and the transports (ssl, the deploy bundle) are imported by
     # the commands that connect: `gpuws --help`, `history`, `sessions` never do.
     from ..transport import make_transport
+    from ..transport.persist import idle_for
 
     return make_transport(args.host, config_file=args.ssh_config, port=args.port,
                           user=args.user, accept_new=args.accept_new,
-                          pty=True if getattr(args, "pty", False) else None)
+                          pty=True if getattr(args, "pty", False) else None,
+                          persist_s=idle_for(args.host, enabled=getattr(args, "persist", True)))
 
 
 def target_of(args: argparse.Namespace) -> Target:
@@ -56,14 +61,29 @@ def target_of(args: argparse.Namespace) -> Target:
 
     return Target(args.host, ssh_config=args.ssh_config, port=args.port, user=args.user,
                   python=args.python, rate=getattr(args, "rate", None),
-                  accept_new=args.accept_new, pty=True if getattr(args, "pty", False) else None)
+                  accept_new=args.accept_new, pty=True if getattr(args, "pty", False) else None,
+                  persist=getattr(args, "persist", True))
 
 
 async def connect(args: argparse.Namespace, transport: Transport | None = None) -> AgentClient:
-    """Connect (``transport``, or the one the arguments name) and start the agent."""
-    from ..client import AgentClient
+    """Connect (``transport``, or the one the arguments name) and start the agent.
 
-    return await AgentClient.connect(transport or transport_for(args), python=args.python)
+    A kept connection's master that goes away meanwhile is said in one line and the
+    connection is made once more (a new master)."""
+    from ..client import AgentClient
+    from ..errors import GpuwsError
+
+    used = transport or transport_for(args)
+    try:
+        return await AgentClient.connect(used, python=args.python)
+    except GpuwsError:
+        from ..transport.persist.client import went_away
+
+        reason = went_away(used)
+        if reason is None:
+            raise
+        sys.stderr.write(f"gpuws: {reason}; connecting again\n")
+        return await AgentClient.connect(transport_for(args), python=args.python)
 
 
 def console(stderr: bool = False, markup: bool = True) -> Console:

@@ -32,9 +32,13 @@ async def open_source(args: argparse.Namespace) -> SftpSource | AgentClient:
     Raises:
         GpuwsError: the connection or the agent's start failed (nothing is left open).
     """
+    from ..transport.persist import idle_for
+
     transport = make_transport(args.host, config_file=args.ssh_config, port=args.port,
                                user=args.user, accept_new=args.accept_new,
-                               pty=True if getattr(args, "pty", False) else None)
+                               pty=True if getattr(args, "pty", False) else None,
+                               persist_s=idle_for(args.host,
+                                                  enabled=getattr(args, "persist", True)))
     await transport.connect()
     try:
         await transport.settled()  # whether the server has SFTP is known after this

@@ -42,6 +42,8 @@ class Target:
         rate: the pod's price in USD per hour (else the config's).
         accept_new: record an unknown host key.
         pty: reach the pod through a terminal only (``--pty``); ``None`` detects it.
+        persist: use (or leave) a kept connection when the host's config sets ``persist``;
+            False for ``--no-persist``.
     """
 
     host: str
@@ -52,6 +54,7 @@ class Target:
     rate: float | None = None
     accept_new: bool = False
     pty: bool | None = None
+    persist: bool = True
 
     def accepting_new_key(self) -> Target:
         """The same target, allowed to record an unknown host key."""
@@ -116,10 +119,29 @@ async def dial(target: Target, on_step: OnStep = _no_step,
                                                                       protocol.Probe]:
     """Connect, deploy and probe, reporting each step; no session is opened here.
 
+    A kept connection's master that goes away while this runs (killed, its link lost) is
+    said in one line and the whole dial is made once more (a new master).
+
     Raises:
         UnknownHostKey: the host key is unknown (ask, then retry with ``accept_new``).
         GpuwsError: any other failure, with its remedy; nothing is left open.
     """
+    try:
+        return await _dial(target, on_step, clock)
+    except _MasterGone as gone:
+        gone.say(f"{gone.reason}; connecting again")
+        return await _dial(target, on_step, clock)
+
+
+class _MasterGone(Exception):
+    def __init__(self, reason: str, say: Callable[[str], None]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.say = say
+
+
+async def _dial(target: Target, on_step: OnStep,
+                clock: Callable[[], float]) -> tuple[AgentClient, protocol.Probe]:
     transport = await _resolve(target, on_step, clock)
     client: AgentClient | None = None
     try:
@@ -146,11 +168,17 @@ async def dial(target: Target, on_step: OnStep = _no_step,
             raise
         on_step("probe", "ok", clock() - t0, probe_summary(probe))
         return client, probe
-    except BaseException:
+    except BaseException as exc:
         if client is not None:
             await client.close()
         else:
             await transport.close()
+        if isinstance(exc, GpuwsError) and transport.info.kind != "local":
+            from ..transport.persist.client import PersistTransport, went_away
+
+            reason = went_away(transport)
+            if reason is not None and isinstance(transport, PersistTransport):
+                raise _MasterGone(reason, transport.say) from exc
         raise
 
 
@@ -158,9 +186,12 @@ async def _resolve(target: Target, on_step: OnStep, clock: Callable[[], float]) 
     t0 = clock()
     on_step("resolve", "running", None, "")
     try:
+        from ..transport.persist import idle_for
+
         transport = make_transport(target.host, config_file=target.ssh_config, port=target.port,
                                    user=target.user, accept_new=target.accept_new,
-                                   pty=target.pty)
+                                   pty=target.pty,
+                                   persist_s=idle_for(target.host, enabled=target.persist))
         if transport.info.kind == "local":
             detail = "this machine: the agent runs as a local subprocess"
         else:
@@ -173,10 +204,15 @@ async def _resolve(target: Target, on_step: OnStep, clock: Callable[[], float]) 
 
 
 async def _resolve_ssh(transport: Transport) -> str:
-    from ..transport.ssh import SSHTransport, map_error  # asyncssh: only for remote pods
+    from ..transport.persist.client import PersistTransport
 
-    assert isinstance(transport, SSHTransport)
-    t = transport.target
+    if isinstance(transport, PersistTransport):
+        t = transport.target  # resolved the same way, without importing asyncssh
+    else:
+        from ..transport.ssh import SSHTransport  # asyncssh: only for remote pods
+
+        assert isinstance(transport, SSHTransport)
+        t = transport.target
     where = f"{t.user}@{t.hostname}:{t.port}"
     if t.proxy_jump:
         return f"{where} via {t.proxy_jump}"  # the jump host resolves the name
@@ -186,6 +222,8 @@ async def _resolve_ssh(transport: Transport) -> str:
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(t.hostname, t.port)
     except OSError as exc:
+        from ..transport.ssh import map_error
+
         raise map_error(exc, t) from exc
     addr = str(infos[0][4][0]) if infos else t.hostname
     return where if addr == t.hostname else f"{where} ({addr})"
