@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 
 from .. import protocol
 from ..errors import GpuwsError
+from ..live import timeline
 from ..live.verdicts import INPUT_TYPES, Verdicts, derive, inputs_from_events
 from ..sessions.compare import Comparison, compare_runs
 from ..sessions.runlist import why_failed
-from ..sessions.store import KernelMetricsRow, RunRow, Store
+from ..sessions.store import ArtifactRow, KernelMetricsRow, RunRow, Store
 from ..workspace.code import CodeRecord
 
 
@@ -32,6 +33,8 @@ class RunResults:
         tiers: how each tier that finished ended, by tier number.
         code: the workspace code the run measured (None: no workspace).
         verdicts: what bounds the program and its kernels, by today's logic.
+        kernel_table: Tier 2's ranked kernels (the timeline's blocks find their row in it).
+        trace: the run's timeline trace artifact (None: the run kept none).
     """
 
     run: RunRow
@@ -47,6 +50,30 @@ class RunResults:
     tiers: dict[int, protocol.TierFinished] = field(default_factory=dict)
     code: CodeRecord | None = None
     verdicts: Verdicts = field(default_factory=Verdicts)
+    kernel_table: protocol.KernelTable | None = None
+    trace: ArtifactRow | None = None
+
+    def timeline_note(self) -> str:
+        """Why there is no timeline to draw (empty when the trace is home to be read)."""
+        if self.trace is not None:
+            if self.trace.status == "pulled" and self.trace.local_path:
+                return ""
+            if self.trace.status == "remote":
+                return (f"The timeline trace is still on the pod: f opens the artifacts, or "
+                        f"`gpuws pull {self.run.run_id}` brings it home.")
+            return (f"The timeline trace did not come home whole ({self.trace.status}): "
+                    f"pull it again (`gpuws pull {self.run.run_id}`).")
+        asked = self.run.spec.tiers if self.run.spec is not None else [1, 2, 3]
+        if 2 not in asked:
+            return ("Tier 2 was not asked for: no timeline. Start a run with Tier 2 ticked "
+                    "to see its kernels across time.")
+        if self.run.status == "running" and self.kernel_table is None:
+            return "No timeline yet: it comes home with the run's artifacts once Tier 2 ends."
+        if self.kernel_table is not None:
+            return (f"No timeline: Tier 2 read its kernels from {self.kernel_table.source}, "
+                    "which keeps no trace; only a Tier 2 through torch.profiler keeps one.")
+        why = f": {self.failure}" if self.failure else ""
+        return f"No timeline: Tier 2 gave no kernel table{why}."
 
     def metrics_note(self) -> str:
         """Why there are no Tier-3 metrics to show (empty when there are some)."""
@@ -100,4 +127,9 @@ def load_results(store: Store, run_id: str) -> RunResults:
                       failure=why_failed(store, run.run_id), tiers=tiers,
                       code=store.code(run.run_id),
                       verdicts=derive(inputs_from_events(
-                          store.run_events(run.run_id, INPUT_TYPES))))
+                          store.run_events(run.run_id, INPUT_TYPES))),
+                      kernel_table=next((e for e in reversed(store.run_events(
+                          run.run_id, ["kernel_table"])) if isinstance(e, protocol.KernelTable)),
+                          None),
+                      trace=next((a for a in store.artifacts(run.run_id)
+                                  if a.name == timeline.FILE_NAME), None))

@@ -1,0 +1,1 @@
+"""Pure helpers for pictures of a run's timeline, shared by the TUI and the export."""
