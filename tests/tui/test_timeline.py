@@ -11,15 +11,29 @@ from pathlib import Path
 from typing import Any
 
 from textual.pilot import Pilot
-from textual.widgets import TabbedContent
+from textual.widgets import Sparkline, Static, TabbedContent
 
 from gpuws.live import timeline as tl
 from gpuws.live.verdicts import short
 from gpuws.tui.screens.results import ResultsScreen
+from gpuws.tui.screens.run import RunScreen
 from gpuws.tui.widgets.quiet import QuietStatic
+from gpuws.tui.widgets.run.histogram import Histogram
 from gpuws.tui.widgets.run.timeline import TimelineView
-from tui.timelinekit import HF, RUN_ID, real_trace, store_run  # type: ignore[import-not-found]
-from tui.tuikit import frozen_app, until  # type: ignore[import-not-found]
+from gpuws.tui.widgets.run.timing import TimingPane
+from tui.timelinekit import (  # type: ignore[import-not-found]
+    HF,
+    RUN_ID,
+    real_trace,
+    run_lines,
+    store_run,
+)
+from tui.tuikit import (  # type: ignore[import-not-found]
+    frozen_app,
+    replay_app,
+    replayed,
+    until,
+)
 
 # ---------------------------------------------------------------------- the model
 
@@ -279,4 +293,54 @@ async def test_a_broken_trace_says_why_in_one_line(tmp_path: Path) -> None:
         shown = str(note.render())
         assert "\n" not in shown and shown.startswith("Trace refused: ")
         assert "gpuws pull RUN" in shown
+    app.store.close_blocking()
+
+
+# ---------------------------------------------------------------------- the run screen
+
+
+async def test_a_finished_run_opens_on_its_verdict_and_draws_its_timeline(
+        tmp_path: Path) -> None:
+    store_run(tmp_path)
+    app = frozen_app()
+    async with app.run_test(size=(160, 45)) as pilot:
+        app.replay_stored_run(RUN_ID)
+        await until(pilot, lambda: isinstance(app.screen, RunScreen)
+                    and bool(app.screen.query("RunPanes"))
+                    and app.screen.panes.model.finished is not None)
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        assert screen.query_one("#run-tabs", TabbedContent).active == "tab-verdict"
+        view = screen.query_one(TimelineView)
+        await until(pilot, lambda: view.timeline is not None)
+        await pilot.press("6")
+        await until(pilot, lambda: view.has_focus)
+        assert view.timeline is not None and view.timeline.events == 1470
+        table = screen.panes.model.kernel_table
+        assert table is not None
+        top = table.kernels[0]
+        assert f"launched from {top.code}" in " ".join(str(
+            screen.query_one("#timeline-detail", QuietStatic).render()).split())
+    app.store.close_blocking()
+
+
+async def test_a_command_run_s_timing_tab_says_why_it_has_no_chart(tmp_path: Path) -> None:
+    data, table = real_trace(tmp_path)
+    source = tmp_path / "hf.ndjson"
+    source.write_bytes(b"".join(run_lines(RUN_ID, table, data)))
+    app = replay_app(source)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await replayed()(pilot)
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        timing = screen.query_one(TimingPane)
+        assert not timing.query_one(Sparkline).parent.display  # type: ignore[union-attr]
+        assert not timing.query_one(Histogram).display
+        shown = " ".join(str(timing.query_one("#t1-stats", Static).render()).split())
+        assert shown.startswith("No Tier-1 samples: a command runs whole.")
+        assert "Tier 0, the workload's own run: ok in 6.20 s" in shown
+        # A replay's trace never came home: its Timeline tab says so, and how.
+        await pilot.press("6")
+        note = screen.query_one("#timeline-note", QuietStatic)
+        await until(pilot, lambda: "still on the pod" in str(note.render()))
     app.store.close_blocking()

@@ -14,6 +14,28 @@ from ..sessions.store import ArtifactRow, KernelMetricsRow, RunRow, Store
 from ..workspace.code import CodeRecord
 
 
+def no_trace_why(tiers: list[int], table: protocol.KernelTable | None, status: str,
+                 failure: str = "") -> str:
+    """Why a run has no timeline trace to draw, in a sentence.
+
+    Args:
+        tiers: the tiers the run asked for.
+        table: Tier 2's kernel table, if it made one.
+        status: the run's status (``running`` while it goes on).
+        failure: why the run or a tier failed ("" if nothing did).
+    """
+    if 2 not in tiers:
+        return ("Tier 2 was not asked for: no timeline. Start a run with Tier 2 ticked to "
+                "see its kernels across time.")
+    if table is not None:
+        return (f"No timeline: Tier 2 read its kernels from {table.source}, which keeps no "
+                "trace here; only a Tier 2 through torch.profiler keeps one.")
+    if status == "running":
+        return "No timeline yet: it comes home with the run's artifacts after Tier 2."
+    why = f": {failure}" if failure else ""
+    return f"No timeline: Tier 2 gave no kernel table{why}."
+
+
 @dataclass(frozen=True)
 class RunResults:
     """Everything the results screen shows about one run.
@@ -53,27 +75,10 @@ class RunResults:
     kernel_table: protocol.KernelTable | None = None
     trace: ArtifactRow | None = None
 
-    def timeline_note(self) -> str:
-        """Why there is no timeline to draw (empty when the trace is home to be read)."""
-        if self.trace is not None:
-            if self.trace.status == "pulled" and self.trace.local_path:
-                return ""
-            if self.trace.status == "remote":
-                return (f"The timeline trace is still on the pod: f opens the artifacts, or "
-                        f"`gpuws pull {self.run.run_id}` brings it home.")
-            return (f"The timeline trace did not come home whole ({self.trace.status}): "
-                    f"pull it again (`gpuws pull {self.run.run_id}`).")
+    def no_trace_why(self) -> str:
+        """Why the run kept no timeline trace (for a run whose artifacts hold none)."""
         asked = self.run.spec.tiers if self.run.spec is not None else [1, 2, 3]
-        if 2 not in asked:
-            return ("Tier 2 was not asked for: no timeline. Start a run with Tier 2 ticked "
-                    "to see its kernels across time.")
-        if self.run.status == "running" and self.kernel_table is None:
-            return "No timeline yet: it comes home with the run's artifacts once Tier 2 ends."
-        if self.kernel_table is not None:
-            return (f"No timeline: Tier 2 read its kernels from {self.kernel_table.source}, "
-                    "which keeps no trace; only a Tier 2 through torch.profiler keeps one.")
-        why = f": {self.failure}" if self.failure else ""
-        return f"No timeline: Tier 2 gave no kernel table{why}."
+        return no_trace_why(asked, self.kernel_table, self.run.status, self.failure)
 
     def metrics_note(self) -> str:
         """Why there are no Tier-3 metrics to show (empty when there are some)."""

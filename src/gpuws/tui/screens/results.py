@@ -114,12 +114,7 @@ class ResultsScreen(Screen[None]):
         self.query_one(Roofline).show(ceilings_from(r.tier1, r.probe), points, notes)
         self.query_one("#compare", Static).update(
             render_comparison(r.comparison) if r.comparison else Text(r.baseline_note, "dim"))
-        pane = self.query_one(TimelinePane)
-        note = r.timeline_note()
-        if note or r.trace is None or r.trace.local_path is None:
-            pane.say(note)
-        else:
-            pane.load(r.trace.local_path, r.kernel_table)
+        self.query_one(TimelinePane).show_trace(r.trace, r.kernel_table, r.no_trace_why())
 
     @on(TabbedContent.TabActivated, "#results-tabs", pane="#tab-timeline")
     def _timeline_shown(self) -> None:

@@ -27,6 +27,7 @@ from .... import protocol
 from ....errors import GpuwsError
 from ....live import timeline as tl
 from ....live import verdicts
+from ....sessions.store import ArtifactRow
 from ....text.textsafe import visible
 from ....timeline.families import FAMILY_COLOURS
 from ... import fmt
@@ -445,6 +446,26 @@ class TimelinePane(Vertical):
         self.query_one(TimelineView).display = False
         self.query_one("#timeline-detail", QuietStatic).update(Text(""))
         self.query_one("#timeline-note", QuietStatic).update(Text(visible(why, 600), style))
+
+    def show_trace(self, row: ArtifactRow | None, table: protocol.KernelTable | None,
+                   none_why: str) -> None:
+        """Draw the run's trace artifact once it is home; else say why there is none.
+
+        Args:
+            row: the trace's artifact row (None: the run kept no trace).
+            table: Tier 2's kernel table (each block's row comes from it).
+            none_why: what to say when the run kept no trace.
+        """
+        if row is None:
+            self.say(none_why)
+        elif row.status == "pulled" and row.local_path:
+            self.load(row.local_path, table)
+        elif row.status == "remote":
+            self.say(f"The timeline trace is still on the pod: f opens the artifacts, or "
+                     f"`gpuws pull {row.run_id}` brings it home.")
+        else:
+            self.say(f"The timeline trace did not come home whole ({row.status}): pull it "
+                     f"again (`gpuws pull {row.run_id}`).", "yellow")
 
     def load(self, path: str, table: protocol.KernelTable | None) -> None:
         """Read the pulled trace at ``path`` off the event loop, then draw it."""
