@@ -1,5 +1,6 @@
-"""Screenshots of the Timeline tab at 80x24 and 160x45: the stored `cmd:` run of the real
-H200 HF `generate` trace (tests/tui/timelinekit.py), whole and zoomed onto an idle gap."""
+"""Screenshots of the Timeline tab at 80x24 and 160x45: real runs recorded on an H200
+(tests/fixtures/timeline-h200), stored with their traces pulled: HF `generate` whole, and a
+two-rank DDP step after g (the next idle gap)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from textual.widgets import TabbedContent
 
 from gpuws.tui.screens.results import ResultsScreen
 from gpuws.tui.widgets.run.timeline import TimelineView
-from tui.timelinekit import RUN_ID, store_run  # type: ignore[import-not-found]
+from tui.timelinekit import store_real  # type: ignore[import-not-found]
 from tui.tuikit import SnapCompare, frozen_app, settle  # type: ignore[import-not-found]
 
 
-def timeline_tab(*keys: str) -> Callable[[Pilot[Any]], Awaitable[None]]:
+def timeline_tab(run_id: str, *keys: str) -> Callable[[Pilot[Any]], Awaitable[None]]:
     async def run_before(pilot: Pilot[Any]) -> None:
-        screen = ResultsScreen(RUN_ID)
+        screen = ResultsScreen(run_id)
         await pilot.app.push_screen(screen)
         view = screen.query_one(TimelineView)
         await settle(pilot, lambda: view.timeline is not None)
@@ -32,17 +33,18 @@ def timeline_tab(*keys: str) -> Callable[[Pilot[Any]], Awaitable[None]]:
     return run_before
 
 
-def test_timeline_whole_run_80x24(snap_compare: SnapCompare, snapshot_home: Path,
-                                  tmp_path: Path) -> None:
-    """The whole run on one stream, the judged window over it, Tier 2's top kernel
+def test_timeline_whole_run_80x24(snap_compare: SnapCompare, snapshot_home: Path) -> None:
+    """HF generate whole: its streams, the judged window over them, Tier 2's top kernel
     selected with the Python line that launched it."""
-    store_run(tmp_path)
-    assert snap_compare(frozen_app(), terminal_size=(80, 24), run_before=timeline_tab())
+    run_id = store_real("hf_generate")
+    assert snap_compare(frozen_app(), terminal_size=(80, 24),
+                        run_before=timeline_tab(run_id))
 
 
-def test_timeline_next_gap_160x45(snap_compare: SnapCompare, snapshot_home: Path,
-                                  tmp_path: Path) -> None:
-    """After g: the next idle gap a quarter of the view, the block after it selected."""
-    store_run(tmp_path)
+def test_timeline_two_ranks_next_gap_160x45(snap_compare: SnapCompare,
+                                            snapshot_home: Path) -> None:
+    """Two ranks, three streams each; after g: the next idle gap of the selected row's
+    rank a quarter of the view, the block after it selected."""
+    run_id = store_real("ddp_step")
     assert snap_compare(frozen_app(), terminal_size=(160, 45),
-                        run_before=timeline_tab("g"))
+                        run_before=timeline_tab(run_id, "g"))

@@ -15,6 +15,7 @@ from textual.widgets import Sparkline, Static, TabbedContent
 
 from gpuws.live import timeline as tl
 from gpuws.live.verdicts import short
+from gpuws.text.textsafe import visible
 from gpuws.tui.screens.results import ResultsScreen
 from gpuws.tui.screens.run import RunScreen
 from gpuws.tui.widgets.quiet import QuietStatic
@@ -23,9 +24,10 @@ from gpuws.tui.widgets.run.timeline import TimelineView
 from gpuws.tui.widgets.run.timing import TimingPane
 from tui.timelinekit import (  # type: ignore[import-not-found]
     HF,
+    RECORDINGS,
     RUN_ID,
     real_trace,
-    run_lines,
+    store_real,
     store_run,
 )
 from tui.tuikit import (  # type: ignore[import-not-found]
@@ -102,11 +104,22 @@ def test_overlapping_and_zero_length_events_are_drawn_within_bounds() -> None:
     assert max(got.busy) == 1.0  # 500 overlapping copies fill a column, not 500 of it
 
 
+def test_two_ranks_get_a_row_per_stream_and_their_own_gaps() -> None:
+    t = tl.load(RECORDINGS / "ddp_step.timeline.trace.json.gz")
+    labels = [tr.label for tr in t.tracks]
+    assert labels[0].startswith("rank 0 · ") and labels[-1].startswith("rank 1 · ")
+    assert {tr.rank for tr in t.tracks} == {"rank 0", "rank 1"} == set(t.gaps)
+    assert {tr.stream for tr in t.tracks} == {"stream 7", "stream 14", "stream 15"}
+    assert t.window is not None and t.window[2] == "judged window: steps 2-39"
+    assert set(t.windows) == {"rank 0", "rank 1"}  # each rank judged its own steps
+    assert {w[2] for w in t.windows.values()} == {"judged window: steps 2-39"}
+
+
 # ---------------------------------------------------------------------- the screen
 
 
-async def open_timeline(pilot: Pilot[Any], run_id: str = RUN_ID) -> tuple[ResultsScreen,
-                                                                          TimelineView]:
+async def open_timeline(pilot: Pilot[Any], run_id: str) -> tuple[ResultsScreen,
+                                                                TimelineView]:
     app = pilot.app
     screen = ResultsScreen(run_id)
     await app.push_screen(screen)
@@ -122,10 +135,10 @@ def detail(screen: ResultsScreen) -> str:
 
 
 async def test_the_results_screen_opens_on_the_verdict(tmp_path: Path) -> None:
-    store_run(tmp_path)
+    run_id = store_real("hf_generate")
     app = frozen_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        screen = ResultsScreen(RUN_ID)
+        screen = ResultsScreen(run_id)
         await app.push_screen(screen)
         await until(pilot, lambda: screen.results is not None)
         tabs = screen.query_one(TabbedContent)
@@ -136,13 +149,13 @@ async def test_the_results_screen_opens_on_the_verdict(tmp_path: Path) -> None:
 
 
 async def test_select_zoom_pan_gap_and_next_launch(tmp_path: Path) -> None:
-    store_run(tmp_path)
+    run_id = store_real("hf_generate")
     app = frozen_app()
     async with app.run_test(size=(160, 45)) as pilot:
-        screen, view = await open_timeline(pilot)
+        screen, view = await open_timeline(pilot, run_id)
         t = view.timeline
         assert t is not None
-        track = t.tracks[0]
+        track = t.tracks[view.track]
         assert (view.lo, view.hi) == (0.0, t.end)
         # It opens on the first launch of Tier 2's top kernel, its row under the rows
         # with the Python line that launched it.
@@ -197,34 +210,67 @@ async def test_select_zoom_pan_gap_and_next_launch(tmp_path: Path) -> None:
 
 
 async def test_next_launch_walks_every_launch_of_the_kernel(tmp_path: Path) -> None:
-    store_run(tmp_path)
+    run_id = store_real("hf_generate")
     app = frozen_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        screen, view = await open_timeline(pilot)
+        screen, view = await open_timeline(pilot, run_id)
         t = view.timeline
         assert t is not None
-        track = t.tracks[0]
+        track = t.tracks[view.track]
         # The GEMM of the attention output projection: the most launched nvjet kernel.
         gemm = max((n for n in set(track.names) if t.names[n].startswith("nvjet")),
                    key=lambda n: len(track.instances(n)))
         launches = track.instances(gemm)
+        assert len(launches) > 12
         view.index = launches[0]
         seen = [launches[0]]
-        for _ in range(len(launches) - 1):
+        for _ in range(10):
             await pilot.press("n")
             seen.append(view.index)
-        assert seen == launches
-        await pilot.press("n")
+        assert seen == launches[:11]
+        view.index = launches[-2]
+        await pilot.press("n", "n")
         assert view.index == launches[-1]
         assert f"the last of its {len(launches)} launches" in detail(screen)
     app.store.close_blocking()
 
 
-async def test_a_click_selects_the_block_under_it(tmp_path: Path) -> None:
-    store_run(tmp_path)
+async def test_up_and_down_move_between_ranks_and_streams_at_the_same_time() -> None:
+    run_id = store_real("ddp_step")
     app = frozen_app()
     async with app.run_test(size=(160, 45)) as pilot:
-        _, view = await open_timeline(pilot)
+        screen, view = await open_timeline(pilot, run_id)
+        t = view.timeline
+        assert t is not None and len(t.tracks) == 6
+        await pilot.press("0", *["up"] * len(t.tracks))
+        assert view.track == 0
+        seen = [t.tracks[0].label]
+        for _ in range(len(t.tracks) - 1):
+            before = view.selected
+            when = before[0].starts[before[1]] if before is not None else 0.0
+            await pilot.press("down")
+            seen.append(t.tracks[view.track].label)
+            # The block selected on the new row runs at, or is the next after, the time
+            # of the one selected before ("down" keeps the place in time), or is the
+            # row's last where nothing runs after.
+            row = t.tracks[view.track]
+            assert view.index is not None
+            assert row.reach[view.index] >= when or view.index == len(row) - 1
+        assert seen == [tr.label for tr in t.tracks]
+        assert visible(t.tracks[-1].label) in detail(screen)
+        await pilot.press("up")
+        assert view.track == len(t.tracks) - 2
+        rows = str(view.render())
+        for track in t.tracks:
+            assert track.label in rows  # six rows fit at 160x45, each named
+    app.store.close_blocking()
+
+
+async def test_a_click_selects_the_block_under_it(tmp_path: Path) -> None:
+    run_id = store_real("hf_generate")
+    app = frozen_app()
+    async with app.run_test(size=(160, 45)) as pilot:
+        _, view = await open_timeline(pilot, run_id)
         t = view.timeline
         assert t is not None
         track = t.tracks[0]
@@ -254,7 +300,7 @@ async def test_pod_names_are_shown_as_text_never_markup(tmp_path: Path) -> None:
     store_run(tmp_path, trace=hostile_trace())
     app = frozen_app()
     async with app.run_test(size=(160, 45)) as pilot:
-        screen, view = await open_timeline(pilot)
+        screen, view = await open_timeline(pilot, RUN_ID)
         assert "1 malformed event(s) dropped" in str(
             screen.query_one("#timeline-note", QuietStatic).render())
         seen = []
@@ -270,14 +316,14 @@ async def test_pod_names_are_shown_as_text_never_markup(tmp_path: Path) -> None:
 
 
 async def test_a_trace_still_on_the_pod_says_how_to_bring_it_home(tmp_path: Path) -> None:
-    store_run(tmp_path, pulled=False)
+    run_id = store_real("hf_generate", pulled=False)
     app = frozen_app()
     async with app.run_test(size=(120, 30)) as pilot:
-        screen = ResultsScreen(RUN_ID, tab="tab-timeline")
+        screen = ResultsScreen(run_id, tab="tab-timeline")
         await app.push_screen(screen)
         await until(pilot, lambda: screen.results is not None)
         note = str(screen.query_one("#timeline-note", QuietStatic).render())
-        assert "still on the pod" in note and f"gpuws pull {RUN_ID}" in note
+        assert "still on the pod" in note and f"gpuws pull {run_id}" in note
         assert not screen.query_one(TimelineView).display
     app.store.close_blocking()
 
@@ -301,10 +347,10 @@ async def test_a_broken_trace_says_why_in_one_line(tmp_path: Path) -> None:
 
 async def test_a_finished_run_opens_on_its_verdict_and_draws_its_timeline(
         tmp_path: Path) -> None:
-    store_run(tmp_path)
+    run_id = store_real("hf_generate")
     app = frozen_app()
     async with app.run_test(size=(160, 45)) as pilot:
-        app.replay_stored_run(RUN_ID)
+        app.replay_stored_run(run_id)
         await until(pilot, lambda: isinstance(app.screen, RunScreen)
                     and bool(app.screen.query("RunPanes"))
                     and app.screen.panes.model.finished is not None)
@@ -315,7 +361,10 @@ async def test_a_finished_run_opens_on_its_verdict_and_draws_its_timeline(
         await until(pilot, lambda: view.timeline is not None)
         await pilot.press("6")
         await until(pilot, lambda: view.has_focus)
-        assert view.timeline is not None and view.timeline.events == 1470
+        with gzip.open(RECORDINGS / "hf_generate.timeline.trace.json.gz", "rt") as f:
+            gpu = [e for e in json.load(f)["traceEvents"]
+                   if e.get("cat") in ("kernel", "memcpy", "memset")]
+        assert view.timeline is not None and view.timeline.events == len(gpu) == 19595
         table = screen.panes.model.kernel_table
         assert table is not None
         top = table.kernels[0]
@@ -324,11 +373,8 @@ async def test_a_finished_run_opens_on_its_verdict_and_draws_its_timeline(
     app.store.close_blocking()
 
 
-async def test_a_command_run_s_timing_tab_says_why_it_has_no_chart(tmp_path: Path) -> None:
-    data, table = real_trace(tmp_path)
-    source = tmp_path / "hf.ndjson"
-    source.write_bytes(b"".join(run_lines(RUN_ID, table, data)))
-    app = replay_app(source)
+async def test_a_command_run_s_timing_tab_says_why_it_has_no_chart() -> None:
+    app = replay_app(RECORDINGS / "hf_generate.ndjson")
     async with app.run_test(size=(80, 24)) as pilot:
         await replayed()(pilot)
         screen = app.screen
@@ -338,7 +384,7 @@ async def test_a_command_run_s_timing_tab_says_why_it_has_no_chart(tmp_path: Pat
         assert not timing.query_one(Histogram).display
         shown = " ".join(str(timing.query_one("#t1-stats", Static).render()).split())
         assert shown.startswith("No Tier-1 samples: a command runs whole.")
-        assert "Tier 0, the workload's own run: ok in 6.20 s" in shown
+        assert "Tier 0, the workload's own run: ok in 32.1 s" in shown  # its tier_finished
         # A replay's trace never came home: its Timeline tab says so, and how.
         await pilot.press("6")
         note = screen.query_one("#timeline-note", QuietStatic)

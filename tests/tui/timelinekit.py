@@ -1,11 +1,11 @@
-"""A stored `cmd:` run of the real H200 HF `generate` trace, with its timeline pulled.
+"""Stored runs of real events with their timeline traces pulled, for the Timeline tests.
 
-The events a pod sends for ``cmd:python3 hf_generate.py --layers 2`` with the injected
-torch.profiler (Tier 0 runs the workload once, under the profiler; Tier 2 reads what it
-left): the kernel table is what the agent's own ``read_results`` makes of the real trace
-(tests/fixtures/real-programs-h200, recorded on an H200, cut to its last 8 decode
-steps), and the pulled artifact is what the agent's own ``Merger`` writes from it. Only
-the envelope (run id, times, the spec) is written here.
+``store_real`` stores a run recorded on an H200 (tests/fixtures/timeline-h200: the events
+the laptop stored and the trace artifact the agent wrote, byte for byte) and marks its
+trace pulled, as a real pull does after checking the sha256. ``store_run`` makes the same
+shape from the older real trace (tests/fixtures/real-programs-h200, HF `generate` cut to
+its last 8 decode steps) through the agent's own ``read_results`` and ``Merger``, so a test
+can swap in a hostile trace; only its envelope (run id, times, spec) is written here.
 
 Imported as ``tui.timelinekit``.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,32 @@ from tui.tuikit import RECORDED, h200_probe  # type: ignore[import-not-found]
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real-programs-h200"
 HF = REAL / "hf-generate-2layers-last8steps.trace.json.gz"
+RECORDINGS = Path(__file__).parents[1] / "fixtures" / "timeline-h200"
 RUN_ID = "20261128-101500-hfgen"
 WORKLOAD = "cmd:python3 hf_generate.py --layers 2"
+
+
+def real_run_id(name: str) -> str:
+    """The run id of a recording (``hf_generate`` or ``ddp_step``)."""
+    first = (RECORDINGS / f"{name}.ndjson").read_bytes().split(b"\n", 1)[0]
+    return str(json.loads(first)["run_id"])
+
+
+def store_real(name: str, pulled: bool = True) -> str:
+    """A recording (``hf_generate`` or ``ddp_step``) in the store, its trace pulled."""
+    lines = (RECORDINGS / f"{name}.ndjson").read_bytes().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    run_id = str(first["run_id"])
+    with Store() as s:
+        sid = s.open_session("h200", "ssh+sftp", h200_probe(), 3.99, 20.0,
+                             started=first["ts"] - 30)
+        s.ingest_many(sid, lines)
+        if pulled:
+            local = artifacts_dir(sid, run_id) / FILE_NAME
+            shutil.copyfile(RECORDINGS / f"{name}.timeline.trace.json.gz", local)
+            s.mark_pulled(run_id, FILE_NAME, local)
+        s.end_session(sid, ended=json.loads(lines[-1])["ts"] + 60)
+    return run_id
 
 
 def real_trace(tmp: Path, sources: list[tuple[Path, int]] | None = None

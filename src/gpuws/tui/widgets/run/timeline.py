@@ -123,7 +123,6 @@ class TimelineView(Widget, can_focus=True):
             launches = [(tr.starts[tr.instances(name)[0]], k, tr.instances(name)[0])
                         for k, tr in enumerate(timeline.tracks) if tr.instances(name)]
             _, self.track, self.index = min(launches)
-            self._top = max(0, self.track - self._tracks_shown + 1)
         self._changed()
 
     @property
@@ -208,10 +207,6 @@ class TimelineView(Widget, can_focus=True):
         self.index = track.at(when) if len(track) else None
         if self.index is None and len(track):
             self.index = len(track) - 1
-        if self.track < self._top:
-            self._top = self.track
-        elif self.track >= self._top + self._tracks_shown:
-            self._top = self.track - self._tracks_shown + 1
         self._changed()
 
     def _centre(self) -> float:
@@ -314,8 +309,16 @@ class TimelineView(Widget, can_focus=True):
         lines.append(head)
         lines.append(self._axis(lw, cols, dt))
         if t.window is not None:
-            lines.append(self._window_row(t.window, lw, cols, dt))
-        rows = t.tracks[self._top:self._top + self._tracks_shown]
+            # The selected row's rank's window (each rank judged its own steps).
+            rank = t.tracks[self.track].rank if t.tracks else ""
+            lines.append(self._window_row(t.windows.get(rank, t.window), lw, cols, dt))
+        # The selected row stays in sight; the first row shown follows it (made here,
+        # where the widget's size is the one drawn, not when a key moved the selection).
+        shown = self._tracks_shown
+        self._top = min(max(self._top, self.track - shown + 1), self.track,
+                        max(0, len(t.tracks) - shown))
+        self._top = max(0, self._top)
+        rows = t.tracks[self._top:self._top + shown]
         self._stride = 1
         for k, track in enumerate(rows, start=self._top):
             lines.extend(self._row(t, k, track, lw, cols, dt))
