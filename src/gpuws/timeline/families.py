@@ -13,6 +13,8 @@ Pure and standard library only, so every face can import it.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ..remote_agent.verdicts.program import FAMILIES
 from ..remote_agent.verdicts.program import family as _verdict_family
 
@@ -37,6 +39,9 @@ FAMILY_COLOURS: dict[str, str] = {
 _COPY_CATEGORIES = frozenset({"memcpy", "memset", "gpu_memcpy", "gpu_memset"})
 
 
+# A timeline names the same few hundred kernels over and over (10^5 events of a trace
+# are ~10^2 distinct names); the classifier tests dozens of substrings per call.
+@lru_cache(maxsize=8192)
 def kernel_family(name: str, category: str = "") -> str:
     """The family of one GPU event: ``category`` (a trace's ``cat``) first where it says
     copy or fill, else the verdict's classifier on the full ``name``. Always one of
