@@ -134,7 +134,7 @@ def detail(screen: ResultsScreen) -> str:
     return str(screen.query_one("#timeline-detail", QuietStatic).render())
 
 
-async def test_the_results_screen_opens_on_the_verdict(tmp_path: Path) -> None:
+async def test_the_results_screen_opens_on_the_verdict() -> None:
     run_id = store_real("hf_generate")
     app = frozen_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -148,7 +148,7 @@ async def test_the_results_screen_opens_on_the_verdict(tmp_path: Path) -> None:
     app.store.close_blocking()
 
 
-async def test_select_zoom_pan_gap_and_next_launch(tmp_path: Path) -> None:
+async def test_select_zoom_pan_gap_and_next_launch() -> None:
     run_id = store_real("hf_generate")
     app = frozen_app()
     async with app.run_test(size=(160, 45)) as pilot:
@@ -209,7 +209,7 @@ async def test_select_zoom_pan_gap_and_next_launch(tmp_path: Path) -> None:
     app.store.close_blocking()
 
 
-async def test_next_launch_walks_every_launch_of_the_kernel(tmp_path: Path) -> None:
+async def test_next_launch_walks_every_launch_of_the_kernel() -> None:
     run_id = store_real("hf_generate")
     app = frozen_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -266,7 +266,7 @@ async def test_up_and_down_move_between_ranks_and_streams_at_the_same_time() -> 
     app.store.close_blocking()
 
 
-async def test_a_click_selects_the_block_under_it(tmp_path: Path) -> None:
+async def test_a_click_selects_the_block_under_it() -> None:
     run_id = store_real("hf_generate")
     app = frozen_app()
     async with app.run_test(size=(160, 45)) as pilot:
@@ -310,12 +310,14 @@ async def test_pod_names_are_shown_as_text_never_markup(tmp_path: Path) -> None:
         assert "▸ [bold]x[/]" in seen[0] and "▸ [/]" in seen[1]
         assert "\x1b" not in seen[2] and "\\e]0;pwned\\x07k" in seen[2]
         assert "[link=http://e]c[/link]" in seen[4]
+        # The 5000-character name: cut to 1 KiB by the trace's check, at most 600 shown.
+        assert "n" * 600 in seen[3] and "n" * 601 not in seen[3]
         rows = str(view.render())
         assert "\x1b" not in rows and "\n[red]rank[/red] " in rows
     app.store.close_blocking()
 
 
-async def test_a_trace_still_on_the_pod_says_how_to_bring_it_home(tmp_path: Path) -> None:
+async def test_a_trace_still_on_the_pod_says_how_to_bring_it_home() -> None:
     run_id = store_real("hf_generate", pulled=False)
     app = frozen_app()
     async with app.run_test(size=(120, 30)) as pilot:
@@ -345,8 +347,7 @@ async def test_a_broken_trace_says_why_in_one_line(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- the run screen
 
 
-async def test_a_finished_run_opens_on_its_verdict_and_draws_its_timeline(
-        tmp_path: Path) -> None:
+async def test_a_finished_run_opens_on_its_verdict_and_draws_its_timeline() -> None:
     run_id = store_real("hf_generate")
     app = frozen_app()
     async with app.run_test(size=(160, 45)) as pilot:
