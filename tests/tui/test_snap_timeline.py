@@ -13,8 +13,14 @@ from textual.widgets import TabbedContent
 
 from gpuws.tui.screens.results import ResultsScreen
 from gpuws.tui.widgets.run.timeline import TimelineView
-from tui.timelinekit import store_real  # type: ignore[import-not-found]
-from tui.tuikit import SnapCompare, frozen_app, settle  # type: ignore[import-not-found]
+from tui.timelinekit import RECORDINGS, store_real  # type: ignore[import-not-found]
+from tui.tuikit import (  # type: ignore[import-not-found]
+    SnapCompare,
+    frozen_app,
+    replay_app,
+    replayed,
+    settle,
+)
 
 
 def timeline_tab(run_id: str, *keys: str) -> Callable[[Pilot[Any]], Awaitable[None]]:
@@ -48,3 +54,12 @@ def test_timeline_two_ranks_next_gap_160x45(snap_compare: SnapCompare,
     run_id = store_real("ddp_step")
     assert snap_compare(frozen_app(), terminal_size=(160, 45),
                         run_before=timeline_tab(run_id, "g"))
+
+
+def test_a_command_run_s_timing_tab_80x24(snap_compare: SnapCompare) -> None:
+    """The recorded HF generate run (a `cmd:`, Tier 2 only) replayed: its Timing tab says
+    why there are no Tier-1 samples and how long the command ran, with no empty chart
+    (issue 34, finding 20)."""
+    app = replay_app(RECORDINGS / "hf_generate.ndjson")
+    assert snap_compare(app, terminal_size=(80, 24), run_before=replayed())
+    app.store.close_blocking()
