@@ -20,7 +20,7 @@ from gpuws.tui.screens.results import ResultsScreen
 from gpuws.tui.screens.run import RunScreen
 from gpuws.tui.widgets.quiet import QuietStatic
 from gpuws.tui.widgets.run.histogram import Histogram
-from gpuws.tui.widgets.run.timeline import TimelineView
+from gpuws.tui.widgets.run.timeline import TimelinePane, TimelineView
 from gpuws.tui.widgets.run.timing import TimingPane
 from tui.timelinekit import (  # type: ignore[import-not-found]
     HF,
@@ -341,6 +341,15 @@ async def test_a_broken_trace_says_why_in_one_line(tmp_path: Path) -> None:
         shown = str(note.render())
         assert "\n" not in shown and shown.startswith("Trace refused: ")
         assert "gpuws pull RUN" in shown
+        # Pulled again, whole this time (the same path): the tab reads it again.
+        results = screen.results
+        assert results is not None and results.trace is not None
+        assert results.trace.local_path is not None
+        Path(results.trace.local_path).write_bytes(real_trace(tmp_path / "again")[0])
+        screen.query_one(TimelinePane).show_trace(results.trace, results.kernel_table, "")
+        view = screen.query_one(TimelineView)
+        await until(pilot, lambda: view.timeline is not None)
+        assert view.display and "1470 GPU events" in str(note.render())
     app.store.close_blocking()
 
 

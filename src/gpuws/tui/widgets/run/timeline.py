@@ -4,8 +4,9 @@
 the footer) and the selected block's details under it: its name, duration, where it ran,
 and its row of Tier 2's kernel table (calls, share, the Python line that launched it).
 The view draws a :class:`gpuws.live.timeline.Timeline` a column at a time
-(:func:`gpuws.live.timeline.columns`), so a trace of 10^6 events redraws as fast as the
-columns allow. Every name is the pod's: shown through ``visible`` as Text, never markup.
+(:func:`gpuws.live.timeline.columns`): a redraw costs the columns and at most
+``MAX_WALK`` events, never the whole trace. Every name is the pod's: shown through
+``visible`` as Text, never markup.
 """
 
 from __future__ import annotations
@@ -494,6 +495,7 @@ class TimelinePane(Vertical):
     def on_timeline_pane_read(self, message: Read) -> None:
         message.stop()
         if message.timeline is None:
+            self.path = None  # a pull that replaces the file is read again
             self.say(message.error, "red")
         else:
             self.show(message.timeline, self._table)
