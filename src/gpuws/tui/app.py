@@ -242,6 +242,8 @@ class GpuwsApp(App[int]):
             names = [] if notice.kind == "pull_failed" else [notice.message]
             error = notice.message if notice.kind == "pull_failed" else None
             self.post_to_screens(ArtifactsScreen, lambda: PullDone(run_id, names, error))
+            for run_screen in self.run_screens.get(run_id, []):  # its Timeline tab
+                run_screen.post_message(PullDone(run_id, names, error))
         title = {"pulled": "Artifacts home", "refused": "Refused from the pod"}.get(
             notice.kind, "")
         self.notify(notice.message, title=title, severity=notice.severity, markup=False,

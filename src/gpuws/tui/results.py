@@ -6,11 +6,34 @@ from dataclasses import dataclass, field
 
 from .. import protocol
 from ..errors import GpuwsError
+from ..live import timeline
 from ..live.verdicts import INPUT_TYPES, Verdicts, derive, inputs_from_events
 from ..sessions.compare import Comparison, compare_runs
 from ..sessions.runlist import why_failed
-from ..sessions.store import KernelMetricsRow, RunRow, Store
+from ..sessions.store import ArtifactRow, KernelMetricsRow, RunRow, Store
 from ..workspace.code import CodeRecord
+
+
+def no_trace_why(tiers: list[int], table: protocol.KernelTable | None, status: str,
+                 failure: str = "") -> str:
+    """Why a run has no timeline trace to draw, in a sentence.
+
+    Args:
+        tiers: the tiers the run asked for.
+        table: Tier 2's kernel table, if it made one.
+        status: the run's status (``running`` while it goes on).
+        failure: why the run or a tier failed ("" if nothing did).
+    """
+    if 2 not in tiers:
+        return ("Tier 2 was not asked for: no timeline. Start a run with Tier 2 ticked to "
+                "see its kernels across time.")
+    if table is not None:
+        return (f"No timeline: Tier 2 read its kernels from {table.source}, which keeps no "
+                "trace here; only a Tier 2 through torch.profiler keeps one.")
+    if status == "running":
+        return "No timeline yet: it comes home with the run's artifacts after Tier 2."
+    why = f": {failure}" if failure else ""
+    return f"No timeline: Tier 2 gave no kernel table{why}."
 
 
 @dataclass(frozen=True)
@@ -32,6 +55,8 @@ class RunResults:
         tiers: how each tier that finished ended, by tier number.
         code: the workspace code the run measured (None: no workspace).
         verdicts: what bounds the program and its kernels, by today's logic.
+        kernel_table: Tier 2's ranked kernels (the timeline's blocks find their row in it).
+        trace: the run's timeline trace artifact (None: the run kept none).
     """
 
     run: RunRow
@@ -47,6 +72,13 @@ class RunResults:
     tiers: dict[int, protocol.TierFinished] = field(default_factory=dict)
     code: CodeRecord | None = None
     verdicts: Verdicts = field(default_factory=Verdicts)
+    kernel_table: protocol.KernelTable | None = None
+    trace: ArtifactRow | None = None
+
+    def no_trace_why(self) -> str:
+        """Why the run kept no timeline trace (for a run whose artifacts hold none)."""
+        asked = self.run.spec.tiers if self.run.spec is not None else [1, 2, 3]
+        return no_trace_why(asked, self.kernel_table, self.run.status, self.failure)
 
     def metrics_note(self) -> str:
         """Why there are no Tier-3 metrics to show (empty when there are some)."""
@@ -100,4 +132,9 @@ def load_results(store: Store, run_id: str) -> RunResults:
                       failure=why_failed(store, run.run_id), tiers=tiers,
                       code=store.code(run.run_id),
                       verdicts=derive(inputs_from_events(
-                          store.run_events(run.run_id, INPUT_TYPES))))
+                          store.run_events(run.run_id, INPUT_TYPES))),
+                      kernel_table=next((e for e in reversed(store.run_events(
+                          run.run_id, ["kernel_table"])) if isinstance(e, protocol.KernelTable)),
+                          None),
+                      trace=next((a for a in store.artifacts(run.run_id)
+                                  if a.name == timeline.FILE_NAME), None))

@@ -294,6 +294,8 @@ async def pull(app: GpuwsApp, run_id: str, quiet: bool) -> None:
         raise
     app.post_to_screens(ArtifactsScreen,
                      lambda: PullDone(run_id, [r.name for r in results]))
+    for screen in app.run_screens.get(run_id, []):  # its Timeline tab
+        screen.post_message(PullDone(run_id, [r.name for r in results]))
     if results:
         names = ", ".join(f"{visible(r.name, 200)} → {r.local_path}" for r in results)
         app.notify(f"pulled {names}", title="Artifacts home", timeout=10, markup=False)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from rich.table import Table
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -25,6 +26,7 @@ from ..widgets.run.metrics_table import MetricsTable
 from ..widgets.run.roofline import Roofline, ceilings_from, points_from
 from ..widgets.run.rules import RuleList
 from ..widgets.run.run_panes import render_static
+from ..widgets.run.timeline import TimelinePane, TimelineView
 from ..widgets.run.verdict import VerdictView
 
 if TYPE_CHECKING:
@@ -36,8 +38,9 @@ class ResultsScreen(Screen[None]):
 
     Args:
         run_id: the run.
-        tab: the tab to open on: ``tab-metrics``, ``tab-findings``, ``tab-roofline`` or
-            ``tab-compare``.
+        tab: the tab to open on: ``tab-verdict`` (the default: what bounds the program
+            comes first), ``tab-timeline``, ``tab-metrics``, ``tab-findings``,
+            ``tab-roofline`` or ``tab-compare``.
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -58,7 +61,7 @@ class ResultsScreen(Screen[None]):
 
     app: GpuwsApp
 
-    def __init__(self, run_id: str, tab: str = "tab-metrics") -> None:
+    def __init__(self, run_id: str, tab: str = "tab-verdict") -> None:
         super().__init__()
         self.run_id = run_id
         self.tab = tab
@@ -68,6 +71,12 @@ class ResultsScreen(Screen[None]):
         yield Header()
         yield Static(Text("reading the store…", "dim"), id="summary")
         with TabbedContent(id="results-tabs", initial=self.tab):
+            # What matters first comes first: what bounds the program, then its timeline;
+            # one kernel's counters (a 4.6 µs kernel's, often) after them.
+            with TabPane("Verdict", id="tab-verdict"), VerticalScroll():
+                yield VerdictView(id="verdict")
+            with TabPane("Timeline", id="tab-timeline"):
+                yield TimelinePane(id="timeline")
             with TabPane("Metrics", id="tab-metrics"):
                 yield Static(id="metrics-note")
                 yield MetricsTable(id="metrics")
@@ -78,8 +87,6 @@ class ResultsScreen(Screen[None]):
                 yield Roofline(id="roofline")
             with TabPane("Compare", id="tab-compare"), VerticalScroll():
                 yield Static(id="compare")
-            with TabPane("Verdict", id="tab-verdict"), VerticalScroll():
-                yield VerdictView(id="verdict")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -107,6 +114,14 @@ class ResultsScreen(Screen[None]):
         self.query_one(Roofline).show(ceilings_from(r.tier1, r.probe), points, notes)
         self.query_one("#compare", Static).update(
             render_comparison(r.comparison) if r.comparison else Text(r.baseline_note, "dim"))
+        self.query_one(TimelinePane).show_trace(r.trace, r.kernel_table, r.no_trace_why())
+
+    @on(TabbedContent.TabActivated, "#results-tabs", pane="#tab-timeline")
+    def _timeline_shown(self) -> None:
+        """The timeline's keys work as soon as its tab shows (its footer lists them)."""
+        view = self.query_one(TimelineView)
+        if view.display:
+            view.focus()
 
     def action_baseline(self) -> None:
         """Mark this run as the baseline later runs of its workload are compared with."""

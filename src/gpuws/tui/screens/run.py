@@ -16,13 +16,14 @@ from textual.timer import Timer
 from textual.widgets import Footer, Header, TabbedContent
 
 from ...text.textsafe import visible
-from ..messages import Backfill, RunEvents
+from ..messages import ArtifactsData, Backfill, PullDone, RunEvents
 from ..widgets.run.run_panes import RunPanes
 
 if TYPE_CHECKING:
     from ..app import GpuwsApp
 
-_TABS = ("tab-timing", "tab-kernels", "tab-metrics", "tab-findings", "tab-verdict")
+_TABS = ("tab-timing", "tab-kernels", "tab-metrics", "tab-findings", "tab-verdict",
+         "tab-timeline")
 
 
 class RunScreen(Screen[None]):
@@ -52,6 +53,7 @@ class RunScreen(Screen[None]):
         Binding("3", "tab(2)", "Metrics", show=False),
         Binding("4", "tab(3)", "Findings", show=False),
         Binding("5", "tab(4)", "Verdict", show=False),
+        Binding("6", "tab(5)", "Timeline", show=False),
         Binding("question_mark", "app.help", "Help"),
         Binding("q", "app.quit", "Quit", show=False),
     ]
@@ -110,6 +112,11 @@ class RunScreen(Screen[None]):
     def on_backfill(self, message: Backfill) -> None:
         self.panes.apply(message.events)
         self._backfilled = True
+        if self.panes.model.finished is not None:
+            # A finished run opens on what matters first: what bounds it (then its
+            # timeline, next door), not Tier 1's chart or one kernel's counters.
+            self.query_one(TabbedContent).active = "tab-verdict"
+            self.app.load_artifacts(self)
         held, self._held = self._held, []
         for batch in held:
             self.on_run_events(batch)
@@ -122,9 +129,18 @@ class RunScreen(Screen[None]):
             return
         changed = self.panes.apply(message.events)
         self.app.note_shown(message.arrived)
+        if "finished" in changed:
+            self.app.load_artifacts(self)  # the Timeline tab: the trace, or why none
         if changed & {"header", "finished"}:
             self._update_subtitle()
             self.refresh_bindings()
+
+    def on_artifacts_data(self, message: ArtifactsData) -> None:
+        self.panes.show_trace(message.rows)
+
+    def on_pull_done(self, message: PullDone) -> None:
+        if self.panes.model.finished is not None:
+            self.app.load_artifacts(self)  # the trace may be home now
 
     def _tick(self) -> None:
         if self.panes.model.finished is not None:

@@ -20,11 +20,13 @@ from textual.widgets import DataTable, Label, Log, TabbedContent, TabPane
 
 from .... import protocol
 from ....gpu import gpus
-from ....live import verdicts
+from ....live import timeline, verdicts
 from ....live.model import LogLine, RunModel
+from ....sessions.store import ArtifactRow
 from ....text.textsafe import visible
 from ... import fmt
 from ...notes import why_missing, why_no_verdict
+from ...results import no_trace_why
 from ..quiet import QuietStatic
 from .banner import DiagnosisBanner
 from .kernel_table import KernelTablePane, kernel_table_caption
@@ -32,6 +34,7 @@ from .metrics_table import MetricsTable
 from .ncu_progress import NcuProgressPane
 from .rules import RuleList
 from .tier_strip import TierStrip
+from .timeline import TimelinePane, TimelineView
 from .timing import TimingPane
 from .verdict import VerdictView
 
@@ -45,7 +48,8 @@ _STREAM = {"stdout": "out", "stderr": "err", "warning": "wrn", "error": "err"}
 
 
 class RunPanes(Vertical):
-    """Tier strip, diagnosis banners, tabs (timing, kernels, metrics, findings), and the log."""
+    """Tier strip, diagnosis banners, tabs (timing, kernels, metrics, findings, verdict,
+    timeline), and the log."""
 
     DEFAULT_CSS = """
     RunPanes { height: 1fr; }
@@ -94,6 +98,8 @@ class RunPanes(Vertical):
                     yield RuleList(id="rules")
                 with TabPane("Verdict", id="tab-verdict"), VerticalScroll():
                     yield VerdictView(id="verdict")
+                with TabPane("Timeline", id="tab-timeline"):
+                    yield TimelinePane(id="timeline")
             with Vertical(id="log-pane"):
                 yield Label("output", id="log-title")
                 yield Log(id="run-log", max_lines=5000)
@@ -111,6 +117,25 @@ class RunPanes(Vertical):
             # screen replaced at once): nothing left to draw into. Seen as a traceback and
             # exit 1 when a replay was ended right as it opened.
             return
+
+    @on(TabbedContent.TabActivated, "#run-tabs", pane="#tab-timeline")
+    def _timeline_shown(self) -> None:
+        """The timeline's keys work as soon as its tab shows (its footer lists them)."""
+        view = self.query_one(TimelineView)
+        if view.display:
+            view.focus()
+
+    def show_trace(self, rows: list[ArtifactRow]) -> None:
+        """The run's artifacts as the store has them: draw its timeline trace once home."""
+        m = self.model
+        row = next((r for r in rows if r.name == timeline.FILE_NAME), None)
+        why = ""
+        if row is None:
+            tiers = m.spec.tiers if m.spec is not None else [1, 2, 3]
+            status = m.finished.status if m.finished is not None else "running"
+            why = no_trace_why(tiers, m.kernel_table, status,
+                               why_missing(m, 2, "kernel table") or "")
+        self.query_one(TimelinePane).show_trace(row, m.kernel_table, why)
 
     @on(DataTable.RowHighlighted, "#kernels")
     def _kernel_highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -50,6 +50,9 @@ class TimingPane(Vertical):
 
     def show(self, model: RunModel) -> None:
         """Redraw from the model (the final Tier1Result wins over running figures)."""
+        if model.spec is not None and 1 not in model.spec.tiers:
+            self._no_tier1(model)
+            return
         stats_text, marks = _stats(model)
         # A fixed three lines: redrawing the figures needs no layout pass.
         self.query_one("#t1-stats", Static).update(stats_text, layout=False)
@@ -64,6 +67,43 @@ class TimingPane(Vertical):
         self.query_one("#t1-spark", Sparkline).data = model.samples[-SPARK_SAMPLES:]
         self.query_one("#t1-hist", Histogram).show(model.sorted_samples, marks,
                                                    _empty_histogram(model))
+
+
+    def _no_tier1(self, model: RunModel) -> None:
+        """A run without Tier 1 (every ``cmd:``) will never have samples: say why once,
+        and what there is instead, with no empty chart under it (issue 34, finding 20)."""
+        self.query_one(Horizontal).display = False
+        self.query_one("#t1-hist", Histogram).display = False
+        stats = self.query_one("#t1-stats", Static)
+        stats.styles.height = "auto"
+        stats.update(no_tier1_text(model))
+        gpm = gpm_text(model)
+        if gpm is not None:
+            self.query_one("#t1-gpm", Static).update(gpm)
+            self.query_one("#t1-gpm").display = True
+
+
+def no_tier1_text(model: RunModel) -> Text:
+    """Why a run has no Tier-1 samples, and the command's own run where it had one."""
+    spec = model.spec
+    workload = spec.workload if spec is not None else ""
+    text = Text()
+    if workload.startswith("cmd:"):
+        text.append("No Tier-1 samples: a command runs whole. Tier 1 times many calls of one "
+                    "bundled kernel or Python benchmark file (builtin: or file:); a command "
+                    "is run once, as Tier 0, and its kernels are in the Kernels and Timeline "
+                    "tabs.", "yellow")
+    else:
+        chosen = ", ".join(str(t) for t in spec.tiers) if spec is not None else "?"
+        text.append(f"No Tier-1 samples: Tier 1 was not asked for (tiers {chosen}).", "yellow")
+    own = model.tiers.get(0)
+    if own is not None:
+        text.append("\nTier 0, the workload's own run: ", "bold")
+        if own.status == "running":
+            text.append("running")
+        else:
+            text.append(f"{visible(own.status, 40)} in {fmt.duration(own.wall_s)}")
+    return text
 
 
 def gpm_text(model: RunModel) -> Text | None:
