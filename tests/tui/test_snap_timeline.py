@@ -1,5 +1,5 @@
 """Screenshots of the Timeline tab at 80x24 and 160x45: real runs recorded on an H200
-(tests/fixtures/timeline-h200), stored with their traces pulled: HF `generate` whole, and a
+(tests/fixtures/real-programs-h200x2), stored with their traces pulled: HF `generate` whole, and a
 two-rank DDP step after g (the next idle gap)."""
 
 from __future__ import annotations

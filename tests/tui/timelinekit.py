@@ -1,6 +1,6 @@
 """Stored runs of real events with their timeline traces pulled, for the Timeline tests.
 
-``store_real`` stores a run recorded on an H200 (tests/fixtures/timeline-h200: the events
+``store_real`` stores a run recorded on an H200 (tests/fixtures/real-programs-h200x2: the events
 the laptop stored and the trace artifact the agent wrote, byte for byte) and marks its
 trace pulled, as a real pull does after checking the sha256. ``store_run`` makes the same
 shape from the older real trace (tests/fixtures/real-programs-h200, HF `generate` cut to
@@ -28,7 +28,7 @@ from tui.tuikit import RECORDED, h200_probe  # type: ignore[import-not-found]
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real-programs-h200"
 HF = REAL / "hf-generate-2layers-last8steps.trace.json.gz"
-RECORDINGS = Path(__file__).parents[1] / "fixtures" / "timeline-h200"
+RECORDINGS = Path(__file__).parents[1] / "fixtures" / "real-programs-h200x2"
 RUN_ID = "20261128-101500-hfgen"
 WORKLOAD = "cmd:python3 hf_generate.py --layers 2"
 

@@ -20,8 +20,10 @@ FIXTURES = Path(__file__).parents[2] / "fixtures" / "real-programs-h200x2"
 
 
 def table(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
-    return data["kernel_table"]
+    """The Tier-2 kernel table of the stream the run stored (``NAME.ndjson``)."""
+    lines = (FIXTURES / f"{name}.ndjson").read_text().splitlines()
+    found: dict[str, Any] = next(e for e in map(json.loads, lines) if e["type"] == "kernel_table")
+    return found
 
 
 def test_the_ddp_step_is_communication_bound_and_names_the_gemm() -> None:
