@@ -241,8 +241,12 @@ async def watch_baseline(app: GpuwsApp, loop: WatchLoop, n: int) -> None:
 async def cancel(app: GpuwsApp, run_id: str) -> None:
     """Cancel a run on the pod; its RunFinished(cancelled) arrives as an event."""
     _link(app)
+    going = run_id in app.runs_going
     info = await app.engine.cancel(run_id)
-    app.notify(f"run {run_id}: {visible(info.status, 40)}", timeout=5, markup=False)
+    if not going:
+        # A run this connection follows says "cancelled" itself when its end arrives; a
+        # second toast for the same cancel read as two events ("finished", "cancelled").
+        app.notify(f"run {run_id}: {visible(info.status, 40)}", timeout=5, markup=False)
 
 
 async def pick_run(app: GpuwsApp) -> None:
