@@ -3,26 +3,48 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from textual.geometry import Region
+from rich.console import Console
+from rich.text import Text
+from textual.content import Content
 from textual.message import Message
 from textual.notifications import Notify
 from textual.pilot import Pilot
 from textual.widget import Widget
-from textual.widgets import Input, Label, Static
+from textual.widgets import DataTable, Input, Label, Static
 
 from gpuws import protocol
 from gpuws.live.link import Target
+from gpuws.live.telemetry import TelemetryHistory
+from gpuws.live.watchloop import Iteration, WatchStatus
+from gpuws.sessions.store import Store
 from gpuws.tui.app import GpuwsApp, StartConnect, StartHome, run_end_line
+from gpuws.tui.messages import NcuPlanReady, NsysPlanReady
 from gpuws.tui.screens.confirm import ConfirmScreen
 from gpuws.tui.screens.dashboard import DashboardScreen
+from gpuws.tui.screens.help import HelpScreen
+from gpuws.tui.screens.home import HomeScreen
 from gpuws.tui.screens.launcher import LauncherScreen
+from gpuws.tui.screens.results import ResultsScreen
+from gpuws.tui.screens.run import RunScreen
+from gpuws.tui.screens.watch import WatchScreen
 from gpuws.tui.widgets.marked import MarkedRadioButton
-from tui.tuikit import h200_probe, launch_command, until  # type: ignore[import-not-found]
+from tui.test_newcomer_tui import (  # type: ignore[import-not-found]
+    ncu_plan_for,
+    nsys_plan_with_nsys,
+)
+from tui.tuikit import (  # type: ignore[import-not-found]
+    RECORDING,
+    h200_probe,
+    launch_command,
+    replay_app,
+    until,
+)
 
 NO_SSH_CONFIG = "/nonexistent/gpuws-test/ssh_config"
 
@@ -79,9 +101,16 @@ def _no_gpu_probe() -> protocol.Probe:
 
 
 def _drawn(widget: Widget) -> str:
-    """What a widget draws, its lines joined with spaces (a wrapped sentence reads whole)."""
-    strips = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
-    return " ".join(" ".join(s.text.split()) for s in strips)
+    """What a widget shows, as plain text with its whitespace collapsed (a wrapped
+    sentence reads whole); a rich renderable (the help's table) printed wide."""
+    shown = widget.content if isinstance(widget, Static) else widget.render()
+    if isinstance(shown, str):
+        return " ".join(shown.split())
+    if isinstance(shown, (Text, Content)):
+        return " ".join(shown.plain.split())
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(shown)
+    return " ".join(console.export_text().split())
 
 
 async def _form(pilot: Pilot[Any], probe: protocol.Probe | None = None,
@@ -188,11 +217,149 @@ async def test_the_forms_notes_wrap_at_80_columns() -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         launcher = await _form(pilot, probe=_no_gpu_probe())
         note = launcher.query_one("#no-gpu-note", Label)
-        await until(pilot, lambda: note.size.height > 1)
+        # Its ~190 characters on lines of at most 80 - 18 (the labels' column): 4 lines.
+        await until(pilot, lambda: note.size.height >= 3)
         assert "a command runs, without Tiers 2 and 3." in _drawn(note), _drawn(note)
         assert note.region.right <= 80
-        helps = [_drawn(h) for h in launcher.query(".help").results(Label) if h.display]
-        assert any("which executes in it" in h and "every save in it" in h for h in helps)
-        impl = next(h for h in helps if "float4 copy kernel" in h)
-        assert impl.endswith("(memcpy/kernel)"), impl
+        helps = [h for h in launcher.query(".help").results(Label) if h.display]
+        for h in helps:  # none runs off the screen's right edge
+            assert h.region.right <= 80 and h.size.height * h.content_size.width >= len(
+                _drawn(h)), (_drawn(h), h.region)
+        said = [_drawn(h) for h in helps]
+        assert any("which executes in it" in h and "every save in it" in h for h in said)
+        assert any(h.endswith("(memcpy/kernel)") for h in said if "float4" in h), said
+        await app.shutdown()
+
+
+# ---------------------------------------------------------------- 12: a replayed file
+def _offered(screen: Any, action: str) -> bool:
+    return any(b.enabled for b in screen.active_bindings.values() if b.binding.action == action)
+
+
+async def test_a_replayed_file_offers_no_baseline_and_its_export_lasts(
+        tmp_path: Path) -> None:
+    """Finding 12: in a replay of a recording, b said "… is now the baseline" and e wrote
+    gpuws-session-ID.md, both of a throwaway session gone on leaving. b is not offered (a
+    recording never enters the person's store: it is untrusted); e writes a report named
+    after the recording, which is what lasts, and says the replay is not kept."""
+    messages: list[Message] = []
+    app = replay_app(RECORDING)
+    app.export_dir = tmp_path
+    async with app.run_test(size=(100, 30), message_hook=messages.append) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen)
+                    and bool(app.screen.query("RunPanes"))
+                    and app.screen.panes.model.finished is not None)
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, ResultsScreen)
+                    and app.screen.results is not None)
+        results = app.screen
+        assert not _offered(results, "baseline")
+        await pilot.press("b")
+        await pilot.press("e")
+        report = tmp_path / "gpuws-replay-saxpy_h200.md"
+        await until(pilot, lambda: report.is_file()
+                    and any("not kept" in t for t in _toasts(messages)))
+        assert "saxpy" in report.read_text()
+        assert not any("baseline" in t for t in _toasts(messages)), _toasts(messages)
+        assert [p.name for p in tmp_path.iterdir()] == [report.name]
+        await app.shutdown()
+
+
+# ---------------------------------------------------------------- 23: the watch screen's keys
+async def test_the_watch_screens_help_lists_b_and_enter_before_any_median() -> None:
+    """Finding 23: b became a key only once an iteration had samples, and Enter (results)
+    was the table's: on a pod where every iteration failed, the help named neither. Both
+    are listed now, b dimmed in the footer until it can act."""
+    app = GpuwsApp(StartHome(), ssh_config=NO_SSH_CONFIG)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = WatchScreen("file:bench.py", [Path("/home/me/proj")])
+        await app.push_screen(screen)
+        await until(pilot, lambda: screen.is_mounted)
+        screen.show_iteration(Iteration(1, [], run_id="20261128-093122-4a5c3f33",
+                                        status="failed", error="no NVIDIA GPU on this pod"),
+                              None, None)
+        screen.show_status(WatchStatus("waiting", 1, 3))
+        await until(pilot, lambda: screen.query_one("#iterations").row_count == 1)
+        shown = {b.binding.key: b.enabled for b in screen.active_bindings.values()}
+        assert shown.get("b") is False  # listed, dimmed: nothing to mark yet
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        table = _drawn(app.screen.query_one("Static"))
+        assert "Baseline = selected (not available now)" in table, table
+        assert "the selected iteration's results" in table, table
+        await app.shutdown()
+
+
+# ---------------------------------------------------------------- 13a: Home
+def _home_ready(app: GpuwsApp) -> bool:
+    return isinstance(app.screen, HomeScreen) and any(
+        t.row_count for t in app.screen.query("#hosts").results(DataTable))
+
+
+async def test_home_marks_a_host_used_through_another_ssh_config() -> None:
+    """Finding 13a: "pod", reached before with -F, was listed like any host with an empty
+    "where"; Enter said "cannot resolve host 'pod'". It is marked, and highlighting it
+    says how to reach it."""
+    with Store() as store:
+        sid = store.open_session("pod", "ssh+sftp", h200_probe(), None, None)
+        store.end_session(sid)
+    app = GpuwsApp(StartHome(), ssh_config=NO_SSH_CONFIG)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: _home_ready(app))
+        home = app.screen
+        hosts = home.query_one("#hosts", DataTable)
+        row = [str(c) for c in hosts.get_row("pod")]
+        assert row[0].startswith("? ") and "not in ssh config" in row[1], row
+        local = [str(c) for c in hosts.get_row("local")]
+        assert not local[0].startswith("?") and local[1] == "this machine"
+        await pilot.press("down")
+        await until(pilot, lambda: app.focused is hosts)
+        hosts.move_cursor(row=hosts.get_row_index("pod"))
+        hint = home.query_one("#dest-error", Label)
+        await until(pilot, lambda: hint.display and "-F FILE connect pod" in _drawn(hint))
+        await app.shutdown()
+
+
+@pytest.mark.parametrize("typed", ["clear; .venv/bin/gpuws connect local", "pod $(id)",
+                                   "a|b", "host name"])
+async def test_home_refuses_a_pasted_command_line_before_connecting(typed: str) -> None:
+    """Finding 13a: a command pasted into "Connect to" was sent to ssh as a host name and
+    came back as a configuration error. It is refused under the box; nothing connects."""
+    app = GpuwsApp(StartHome(), ssh_config=NO_SSH_CONFIG)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: _home_ready(app))
+        home = app.screen
+        home.query_one("#dest", Input).value = typed
+        await pilot.press("enter")
+        error = home.query_one("#dest-error", Label)
+        await until(pilot, lambda: error.display and "not a host name" in _drawn(error))
+        assert app.screen is home and not [w for w in app.workers if w.group == "connect"]
+        assert "user@host[:port]" in _drawn(error)
+        await app.shutdown()
+
+
+# ---------------------------------------------------------------- 18: the dashboard at 80x24
+async def test_the_dashboard_at_80x24_shows_counters_ncu_nsys_and_the_whole_pod_panel(
+        ) -> None:
+    """Finding 18: at 80x24 the Pod panel had 7 rows; ncu, nsys and the counters were below
+    the fold of an inner scroll area, and the first paint had two columns that became one.
+    Their verdicts have a line of their own now, the Pod panel shows whole, and the
+    narrow layout is there from the first paint."""
+    probe = h200_probe()
+    app = GpuwsApp(StartHome(), ssh_config=NO_SSH_CONFIG)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = DashboardScreen("h200", probe, "ssh+sftp", TelemetryHistory())
+        await app.push_screen(screen)
+        assert screen.has_class("-narrow")  # before any resize reached it
+        screen.post_message(NcuPlanReady(ncu_plan_for(probe)))
+        screen.post_message(NsysPlanReady(nsys_plan_with_nsys()))
+        line = screen.query_one("#tools-line", Static)
+        await until(pilot, lambda: "nsys 2025.1.3" in _drawn(line))
+        drawn = _drawn(line)
+        assert "✓ counters allowed" in drawn and "✓ ncu 2025.3.1" in drawn, drawn
+        assert line.region.height == 1 and line.region.bottom <= 23
+        pod, left = screen.query_one("#pod").region, screen.query_one("#left").region
+        assert pod.height >= 7 and pod.bottom <= left.bottom, (pod, left)
+        cost = screen.query_one("#cost").region
+        assert cost.height == 3 and cost.bottom <= 23  # above the footer
         await app.shutdown()

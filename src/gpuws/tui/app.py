@@ -9,6 +9,7 @@ which routes it to the run screens showing that run.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
@@ -556,11 +557,24 @@ class GpuwsApp(App[int]):
 
         self.push_screen(ArtifactsScreen(run_id))
 
+    @property
+    def replaying_file(self) -> bool:
+        """Whether this app replays a recording file: into a throwaway store (a recording
+        is untrusted and never enters the person's sessions), so nothing marked or stored
+        in it outlives the app."""
+        return isinstance(self.start, StartReplay) and self.store.is_throwaway
+
     def action_export(self) -> None:
         """Write the current session as a markdown report."""
         sid = self.engine.session_id
         if sid is None:
             self.notify("no session to export yet", severity="warning", markup=False)
+        elif self.replaying_file:
+            # The report lasts; the throwaway session it was read from does not: the file
+            # is named after the recording, not after a session id that will not exist.
+            assert isinstance(self.start, StartReplay)
+            self._work(workers.export(self, sid, replay_export_name(self.start.source)),
+                       "export", f"export the replay of {self.start.source}")
         else:
             self.export_session(sid)
 
@@ -654,6 +668,12 @@ class GpuwsApp(App[int]):
     def replay_stored_run(self, run_id: str) -> None:
         """Show a stored run's panes, filled from the store."""
         self.open_run_screen(run_id, live=self.link is not None and run_id in self.link.following)
+
+
+def replay_export_name(source: str) -> str:
+    """``gpuws-replay-STEM.md`` for a recording file (its name tamed to a safe file name)."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(source).stem).strip("._") or "recording"
+    return f"gpuws-replay-{stem[:80]}.md"
 
 
 def run_end_line(run_id: str, end: protocol.RunFinished) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
@@ -13,7 +14,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Label
 
 from ...text.textsafe import text as safe_text
 from .. import fmt
-from ..hosts import HostEntry, SessionSummary
+from ..hosts import HostEntry, SessionSummary, destination_problem
 from ..messages import HomeData
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ class HomeScreen(Screen[None]):
     HomeScreen Vertical { padding: 0 1; }
     HomeScreen .section { text-style: bold; margin-top: 1; }
     HomeScreen #dest { margin: 0 0; }
+    HomeScreen #dest-error { color: $error; display: none; width: 100%; }
     HomeScreen #hosts { height: auto; max-height: 12; }
     HomeScreen #recent { height: 1fr; }
     """
@@ -60,6 +62,7 @@ class HomeScreen(Screen[None]):
             yield Label("Connect to", classes="section")
             yield Input(placeholder="ssh alias, user@host[:port], or local — then Enter",
                         id="dest")
+            yield Label("", id="dest-error")
             yield Label("Hosts (ssh config and used before) — Enter connects", classes="section")
             yield DataTable(id="hosts", cursor_type="row", zebra_stripes=True)
             yield Label("Recent sessions — Enter opens", classes="section")
@@ -120,10 +123,13 @@ class HomeScreen(Screen[None]):
         hosts = self.query_one("#hosts", DataTable)
         hosts.clear()
         for h in message.hosts:
-            mark = Text("● ", "green") if h.in_config else Text("  ")
+            mark = (Text("● ", "green") if h.in_config else Text("? ", "yellow")
+                    if h.unknown_name else Text("  "))
+            where = (Text("not in ssh config (-F?)", "yellow") if h.unknown_name
+                     else safe_text(h.where, limit=200))
             # Text of visible(): a GPU's name is the pod's word (never markup, never an
             # escape); host names come from the ssh config and the store.
-            hosts.add_row(mark + safe_text(h.name, "bold", 200), safe_text(h.where, limit=200),
+            hosts.add_row(mark + safe_text(h.name, "bold", 200), where,
                           safe_text(h.gpu or "—", limit=200),
                           fmt.usd(h.last_cost), fmt.when(h.last_used), key=h.name)
         recent = self.query_one("#recent", DataTable)
@@ -136,8 +142,36 @@ class HomeScreen(Screen[None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         dest = event.value.strip()
+        error = self.query_one("#dest-error", Label)
+        problem = destination_problem(dest) if dest else None
+        error.display = problem is not None
+        if problem is not None:
+            # A pasted command line or a stray key is not sent to ssh as a host (it came
+            # back as a "configuration error" with a command to paste).
+            error.update(Text.assemble(("✗ ", "bold"), safe_text(dest, limit=60),
+                                       f": {problem} — type an ssh alias, user@host[:port] "
+                                       "or local"))
+            return
         if dest:
             self.app.connect_to(dest)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.query_one("#dest-error").display = False
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "hosts":
+            self._say_unknown(event.row_key.value)
+
+    def _say_unknown(self, name: str | None) -> None:
+        """Under the box: how a host Home cannot reach by name alone is reached."""
+        error = self.query_one("#dest-error", Label)
+        host = next((h for h in self.hosts if h.name == name), None)
+        error.display = host is not None and host.unknown_name
+        if host is not None and host.unknown_name:
+            error.update(Text.assemble(
+                ("? ", "bold"), safe_text(host.name, limit=60),
+                " is not in your ssh config: if it was reached with -F FILE, start "
+                "gpuws -F FILE connect ", safe_text(shlex.quote(host.name), limit=60)))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         key = event.row_key.value
