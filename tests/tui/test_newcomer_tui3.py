@@ -30,8 +30,10 @@ from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.help import HelpScreen
 from gpuws.tui.screens.home import HomeScreen
 from gpuws.tui.screens.launcher import LauncherScreen
+from gpuws.tui.screens.pick_run import PickRunScreen
 from gpuws.tui.screens.results import ResultsScreen
 from gpuws.tui.screens.run import RunScreen
+from gpuws.tui.screens.sessions import SessionsScreen
 from gpuws.tui.screens.watch import WatchScreen
 from gpuws.tui.widgets.marked import MarkedRadioButton
 from tui.test_newcomer_tui import (  # type: ignore[import-not-found]
@@ -40,8 +42,10 @@ from tui.test_newcomer_tui import (  # type: ignore[import-not-found]
 )
 from tui.tuikit import (  # type: ignore[import-not-found]
     RECORDING,
+    fill_store,
     h200_probe,
     launch_command,
+    recorded_events,
     replay_app,
     until,
 )
@@ -362,4 +366,89 @@ async def test_the_dashboard_at_80x24_shows_counters_ncu_nsys_and_the_whole_pod_
         assert pod.height >= 7 and pod.bottom <= left.bottom, (pod, left)
         cost = screen.query_one("#cost").region
         assert cost.height == 3 and cost.bottom <= 23  # above the footer
+        await app.shutdown()
+
+
+# ---------------------------------------------------------------- 17: tables that fit
+def _fits(table: DataTable[Any]) -> list[str]:
+    """The table's column labels, after checking they all fit its width (no horizontal
+    scroll: nothing off the right edge)."""
+    assert table.virtual_size.width <= table.scrollable_content_region.width, (
+        table.virtual_size, table.scrollable_content_region)
+    return [str(c.label) for c in table.columns.values()]
+
+
+def _column(table: DataTable[Any], label: str) -> Any:
+    return next(c for c in table.columns.values() if str(c.label) == label)
+
+
+async def test_home_and_sessions_tables_fit_80_columns_and_keep_their_units() -> None:
+    """Finding 17: at 80x24 Home showed "durati", "575.8" for 575.8 ms and "last co", and
+    Sessions "duratio" with runs and cost off-screen. The GPU column goes on a narrow
+    terminal instead; every value is whole. At 120 columns the GPU is back."""
+    fill_store()
+    app = GpuwsApp(StartHome(), ssh_config=NO_SSH_CONFIG)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: _home_ready(app) and app.screen.query_one(
+            "#recent", DataTable).row_count == 1)
+        home = app.screen
+        recent = home.query_one("#recent", DataTable)
+        assert _fits(recent) == ["session", "host", "started", "duration", "runs", "cost"]
+        assert _fits(home.query_one("#hosts", DataTable)) == [
+            "host", "where", "last cost", "last used"]
+        duration = str(recent.get_row_at(0)[3])
+        assert duration.endswith((" ms", " s", " min")), duration
+        app.open_sessions()
+        await until(pilot, lambda: isinstance(app.screen, SessionsScreen) and any(
+            t.row_count == 1 for t in app.screen.query("#sessions").results(DataTable)))
+        sessions = app.screen.query_one("#sessions", DataTable)
+        assert _fits(sessions)[-2:] == ["runs", "cost"]
+        await pilot.resize_terminal(120, 30)
+        await until(pilot, lambda: "GPU" in [str(c.label) for c in sessions.columns.values()])
+        assert _fits(sessions)[2] == "GPU" and sessions.row_count == 1
+        await app.shutdown()
+
+
+async def test_the_sessions_runs_table_shows_a_long_command_whole_at_160() -> None:
+    """Finding 17: the runs' workload column was cut at 30 characters even at 160
+    (`cmd:python3 -c "import time; [`)."""
+    sid, _ = fill_store()
+    command = 'cmd:python3 -c "import time; [time.sleep(0.1) for _ in range(30)]; print(1)"'
+    events = recorded_events("20261128-100000-0123abcd")
+    first = events[0]
+    assert isinstance(first, protocol.RunStarted)
+    events[0] = msgspec.structs.replace(
+        first, spec=msgspec.structs.replace(first.spec, workload=command))
+    with Store() as store:
+        store.ingest_many(sid, events)
+    app = GpuwsApp(StartHome(), ssh_config=NO_SSH_CONFIG)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await until(pilot, lambda: _home_ready(app))
+        app.open_sessions()
+        await until(pilot, lambda: isinstance(app.screen, SessionsScreen) and any(
+            t.row_count == 2 for t in app.screen.query("#runs").results(DataTable)))
+        runs = app.screen.query_one("#runs", DataTable)
+        column = _column(runs, "workload")
+        assert column.width >= len(command) and _fits(runs)
+        await app.shutdown()
+
+
+async def test_the_attach_picker_shows_the_workload_at_80x24() -> None:
+    """Finding 17: the picker's workload column came last and showed only "cmd"."""
+    runs = [protocol.RunInfo(run_id=f"20261128-0940{i}5-0123abc{i}", status="running",
+                             started=1_795_270_000.0 + i, last_seq=12,
+                             workload='cmd:sh -c "echo start; sleep 30; echo end"')
+            for i in range(3)]
+    app = GpuwsApp(StartHome(), ssh_config=NO_SSH_CONFIG)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: _home_ready(app))
+        await app.push_screen(PickRunScreen(runs))
+        table = app.screen.query_one(DataTable)
+        await until(pilot, lambda: table.row_count == 3)
+        workload = _column(table, "workload")
+        # Its first 30 characters drawn inside the picker (the start time and the event
+        # count come after it now, scrolled to if wanted).
+        left = sum(c.get_render_width(table) for c in list(table.columns.values())[:2])
+        assert left + 1 + 30 <= table.scrollable_content_region.width
+        assert list(table.columns.values())[2] is workload
         await app.shutdown()

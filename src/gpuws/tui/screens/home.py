@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
@@ -14,6 +15,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Label
 
 from ...text.textsafe import text as safe_text
 from .. import fmt
+from ..columns import SESSION_COLUMNS, Column, fill, fitting, session_cells
 from ..hosts import HostEntry, SessionSummary, destination_problem
 from ..messages import HomeData
 
@@ -25,6 +27,10 @@ if TYPE_CHECKING:
 #: into it, so the footer does not offer them then.
 _LETTER_ACTIONS = frozenset({"focus_destination", "sessions", "help", "quit"})
 
+
+#: The hosts table; the GPU column is left out where the terminal is too narrow.
+HOST_COLUMNS = [Column("host", 16), Column("where", 26), Column("GPU", 16, optional=True),
+                Column("last cost", 9), Column("last used", 16)]
 
 class HomeScreen(Screen[None]):
     """Type a destination (the box has the focus when Home opens), or pick a host (Enter);
@@ -72,15 +78,7 @@ class HomeScreen(Screen[None]):
     def on_mount(self) -> None:
         self.title = "gpuws"
         self.sub_title = "home"
-        hosts = self.query_one("#hosts", DataTable)
-        # Fixed widths: columns do not jump as rows arrive, and long names are cut, not wrapped.
-        for label, width in (("host", 18), ("where", 30), ("GPU", 16), ("last cost", 9),
-                             ("last used", 16)):
-            hosts.add_column(label, width=width)
-        recent = self.query_one("#recent", DataTable)
-        for label, width in (("session", 12), ("host", 18), ("GPU", 16), ("started", 16),
-                             ("duration", 12), ("runs", 4), ("cost", 8)):
-            recent.add_column(label, width=width)
+        self._draw_tables()
         # The box looks like the place to type, so it is: a host name typed at once goes
         # into it (with the list focused, its "s" opened Sessions).
         self.query_one("#dest", Input).focus()
@@ -118,27 +116,40 @@ class HomeScreen(Screen[None]):
             return not typing  # a letter typed into the box is never a hotkey
         return True
 
+    def on_resize(self) -> None:
+        if self.query("#recent"):  # a resize may come before the tables are mounted
+            self._draw_tables()
+
+    def _draw_tables(self) -> None:
+        """Both tables, with the columns that fit the terminal. Fixed widths: columns do
+        not jump as rows arrive, and long names are cut, not wrapped; on a narrow one the
+        GPU column goes (the rest was pushed off-screen, "duration" cut to "durati")."""
+        room = self.app.size.width - 3  # the padding either side, the scrollbar
+        fill(self.query_one("#hosts", DataTable), fitting(HOST_COLUMNS, room),
+             self._host_rows())
+        fill(self.query_one("#recent", DataTable), fitting(SESSION_COLUMNS, room),
+             self._session_rows())
+
     def on_home_data(self, message: HomeData) -> None:
         self.hosts, self.recent = message.hosts, message.sessions
-        hosts = self.query_one("#hosts", DataTable)
-        hosts.clear()
-        for h in message.hosts:
+        self._draw_tables()
+
+    def _host_rows(self) -> Iterator[tuple[str, dict[str, Text | str]]]:
+        for h in self.hosts:
             mark = (Text("● ", "green") if h.in_config else Text("? ", "yellow")
                     if h.unknown_name else Text("  "))
             where = (Text("not in ssh config (-F?)", "yellow") if h.unknown_name
                      else safe_text(h.where, limit=200))
             # Text of visible(): a GPU's name is the pod's word (never markup, never an
             # escape); host names come from the ssh config and the store.
-            hosts.add_row(mark + safe_text(h.name, "bold", 200), where,
-                          safe_text(h.gpu or "—", limit=200),
-                          fmt.usd(h.last_cost), fmt.when(h.last_used), key=h.name)
-        recent = self.query_one("#recent", DataTable)
-        recent.clear()
-        for s in message.sessions:
-            recent.add_row(safe_text(s.row.id), safe_text(s.row.host, limit=200),
-                           safe_text(s.gpu or "—", limit=200), fmt.when(s.row.started),
-                           fmt.duration(s.duration_s), str(s.row.run_count),
-                           fmt.usd(s.cost_usd), key=s.row.id)
+            yield h.name, {"host": mark + safe_text(h.name, "bold", 200), "where": where,
+                           "GPU": safe_text(h.gpu or "—", limit=200),
+                           "last cost": fmt.usd(h.last_cost),
+                           "last used": fmt.when(h.last_used)}
+
+    def _session_rows(self) -> Iterator[tuple[str, dict[str, Text | str]]]:
+        for s in self.recent:
+            yield s.row.id, session_cells(s)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         dest = event.value.strip()
