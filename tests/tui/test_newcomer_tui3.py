@@ -36,6 +36,9 @@ from gpuws.tui.screens.run import RunScreen
 from gpuws.tui.screens.sessions import SessionsScreen
 from gpuws.tui.screens.watch import WatchScreen
 from gpuws.tui.widgets.marked import MarkedRadioButton
+from gpuws.tui.widgets.run.roofline import Roofline
+from gpuws.tui.widgets.run.rules import SPEEDUP_NOTE, RuleList
+from gpuws.tui.widgets.run.run_panes import render_static
 from tui.test_newcomer_tui import (  # type: ignore[import-not-found]
     ncu_plan_for,
     nsys_plan_with_nsys,
@@ -452,3 +455,41 @@ async def test_the_attach_picker_shows_the_workload_at_80x24() -> None:
         assert left + 1 + 30 <= table.scrollable_content_region.width
         assert list(table.columns.values())[2] is workload
         await app.shutdown()
+
+
+# ---------------------------------------------------------------- 28: captions
+async def test_figures_a_kernel_engineer_questions_carry_their_caption() -> None:
+    """Finding 28, on the H200 saxpy recording: its point sits at 102% of the bandwidth
+    roof with no word on what the roof is; ncu's estimated speedups ranked the findings
+    with no caution. The roof's origin is said where a point is above it, and the ▲
+    figures are said to be ncu's estimates, which order the list."""
+    app = replay_app(RECORDING)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen)
+                    and bool(app.screen.query("RunPanes"))
+                    and app.screen.panes.model.finished is not None)
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, ResultsScreen)
+                    and app.screen.results is not None)
+        roofline = _drawn(app.screen.query_one(Roofline))
+        assert "% of its roof" in roofline
+        assert "above its roof: the bandwidth roof is measured: device-to-device" in roofline
+        assert "not a hard limit" in roofline
+        rules = _drawn(app.screen.query_one("#rules", RuleList))
+        assert rules.startswith(" ".join(SPEEDUP_NOTE.split())), rules[:200]
+        await app.shutdown()
+
+
+def test_a_full_theoretical_occupancy_is_not_limited_by_anything() -> None:
+    """Finding 28: "theoretical occupancy 100% (limited by registers)": nothing limits it
+    at 100%. Below 100% the limiter is still named."""
+    def occupancy(pct: float) -> str:
+        return render_static([protocol.StaticAnalysis(
+            run_id="r", seq=1, ts=1.0, kernel="saxpy", registers_per_thread=16,
+            shared_mem_per_block=0, local_mem_per_thread=0, block_size=256,
+            theoretical_occupancy_pct=pct, limiter="registers", source="cuobjdump")]).plain
+
+    full = occupancy(100.0)
+    assert "theoretical occupancy 100% (the most an SM allows)" in full
+    assert "limited by" not in full
+    assert "(limited by registers)" in occupancy(62.5)

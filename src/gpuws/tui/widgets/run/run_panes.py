@@ -287,10 +287,14 @@ def render_static(analyses: list[protocol.StaticAnalysis]) -> Text:
         text.append("static ", "bold")
         occ = fmt.pct(s.theoretical_occupancy_pct, 0)
         regs = "?" if s.registers_per_thread is None else str(s.registers_per_thread)
+        # At 100% nothing limits it: "(limited by registers)" there read as a problem.
+        full = (s.theoretical_occupancy_pct is not None
+                and s.theoretical_occupancy_pct >= 100)
+        limit = " (the most an SM allows)" if full else f" (limited by {s.limiter or '?'})"
         # The kernel's name, the limiter and the source are the pod's words: visible.
         text.append(visible(f"{verdicts.short(s.kernel)}: {regs} regs/thread · "
                             f"{fmt.size(s.shared_mem_per_block)} smem/block · "
                             f"{fmt.size(s.local_mem_per_thread)} local/thread · block "
                             f"{s.block_size or '?'} → theoretical occupancy {occ}"
-                            f" (limited by {s.limiter or '?'}) · {s.source}"))
+                            f"{limit} · {s.source}"))
     return text
