@@ -36,6 +36,7 @@ from gpuws.tui.screens.run import RunScreen
 from gpuws.tui.screens.sessions import SessionsScreen
 from gpuws.tui.screens.watch import WatchScreen
 from gpuws.tui.widgets.marked import MarkedRadioButton
+from gpuws.tui.widgets.run.output_log import WRAP_MARK
 from gpuws.tui.widgets.run.roofline import Roofline
 from gpuws.tui.widgets.run.rules import SPEEDUP_NOTE, RuleList
 from gpuws.tui.widgets.run.run_panes import render_static
@@ -493,3 +494,44 @@ def test_a_full_theoretical_occupancy_is_not_limited_by_anything() -> None:
     assert "theoretical occupancy 100% (the most an SM allows)" in full
     assert "limited by" not in full
     assert "(limited by registers)" in occupancy(62.5)
+
+
+# ---------------------------------------------------------------- 17: the output pane
+async def test_the_output_pane_wraps_a_long_line_at_160_columns() -> None:
+    """Finding 17: the run screen's output pane cut lines at ~55 characters at 160x45
+    ("Generated: ~/.cache/gpuws/runs/20261124-202257-bf403999/…" cut mid-path), with no
+    horizontal scroll. A long line is wrapped, its continuation marked."""
+    from textual.widgets import Log
+
+    from gpuws.tui.messages import RunEvents
+
+    started = recorded_events()[0]
+    assert isinstance(started, protocol.RunStarted)
+    path = ("~/.cache/gpuws/runs/20261124-202257-bf403999/" + "deep/" * 20
+            + "report.ncu-rep")
+    line = protocol.Output(run_id=started.run_id, seq=1, ts=started.ts + 1, stream="stdout",
+                           text=f"Generated: {path}")
+    app = GpuwsApp(StartHome(), ssh_config=NO_SSH_CONFIG)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = RunScreen(started.run_id or "", live=True, backfill=False)
+        await app.push_screen(screen)
+        await until(pilot, lambda: bool(screen.query("#run-log")))
+        log = screen.query_one("#run-log", Log)
+        await until(pilot, lambda: log.scrollable_content_region.width > 0)
+        screen.post_message(RunEvents(screen.run_id, [started, line], [0.0, 0.0]))
+        await until(pilot, lambda: screen.panes._log_lines == 1)
+        width = log.scrollable_content_region.width
+        rows = list(log.lines)
+        assert len(rows) > 1 and all(len(r) <= width for r in rows), (width, rows)
+        assert all(r.startswith(WRAP_MARK) for r in rows[1:])
+        whole = rows[0] + "".join(r[len(WRAP_MARK):] for r in rows[1:])
+        assert whole.endswith(f"Generated: {path}"), whole
+        # Another size (80x24 stacks the log under the tabs, wider than beside them):
+        # wrapped again to the new width, the first row filling it, nothing lost.
+        await pilot.resize_terminal(80, 24)
+        await until(pilot, lambda: log.scrollable_content_region.width != width
+                    and len(log.lines[0]) == log.scrollable_content_region.width)
+        assert all(len(r) <= log.scrollable_content_region.width for r in log.lines)
+        rows = list(log.lines)
+        assert rows[0] + "".join(r[len(WRAP_MARK):] for r in rows[1:]) == whole
+        await app.shutdown()

@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.timer import Timer
-from textual.widgets import DataTable, Label, Log, TabbedContent, TabPane
+from textual.widgets import DataTable, Label, TabbedContent, TabPane
 
 from .... import protocol
 from ....gpu import gpus
@@ -30,6 +30,7 @@ from .banner import DiagnosisBanner
 from .kernel_table import KernelTablePane, kernel_table_caption
 from .metrics_table import MetricsTable
 from .ncu_progress import NcuProgressPane
+from .output_log import OutputLog
 from .rules import RuleList
 from .tier_strip import TierStrip
 from .timing import TimingPane
@@ -96,7 +97,7 @@ class RunPanes(Vertical):
                     yield VerdictView(id="verdict")
             with Vertical(id="log-pane"):
                 yield Label("output", id="log-title")
-                yield Log(id="run-log", max_lines=5000)
+                yield OutputLog(id="run-log", max_lines=5000)
 
     def on_mount(self) -> None:
         try:
@@ -226,9 +227,9 @@ class RunPanes(Vertical):
 
     def _write_log(self, lines: list[LogLine]) -> None:
         self._log_lines += len(lines)
-        self.query_one("#run-log", Log).write_lines(
+        self.query_one("#run-log", OutputLog).add_lines([
             f"{_source(ln)} {_STREAM.get(ln.stream, visible(ln.stream[:3], None))}│ "
-            f"{visible(ln.text)}" for ln in lines)
+            f"{visible(ln.text)}" for ln in lines])
         # The title's size never changes (width 1fr, one line): no layout pass.
         lines_word = "line" if self._log_lines == 1 else "lines"
         self.query_one("#log-title", Label).update(f"output · {self._log_lines} {lines_word}",
