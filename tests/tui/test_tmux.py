@@ -88,9 +88,10 @@ def test_connect_run_export_quit_in_a_real_terminal(tmux: Tmux, ssh_config: Path
     tmux.wait_for("counters")
     tmux.keys("n")
     tmux.wait_for("Workload")
-    # The workload kind is a radio set with the focus: move to "command" and pick it; the
-    # launcher then moves the focus to the command box.
-    tmux.keys("Down", "Down", "Enter")
+    # The form opens with the focus in the chosen kind's field (the kernel): shift+Tab
+    # goes back to the kinds' radio set; move to "command" and pick it, and the launcher
+    # moves the focus to the command box.
+    tmux.keys("BTab", "Down", "Down", "Enter")
     # Keys sent before the focus has moved land elsewhere (seen on a loaded CI machine:
     # the box read "cho hello-from-pod", or nothing). Clear and type again until it has it.
     for _ in range(5):

@@ -21,6 +21,7 @@ from gpuws.live.link import Target
 from gpuws.sessions.export import export_session
 from gpuws.sessions.store import Store
 from gpuws.tui.app import GpuwsApp, StartConnect
+from gpuws.tui.screens.confirm import ConfirmScreen
 from gpuws.tui.screens.dashboard import DashboardScreen
 from gpuws.tui.screens.launcher import LauncherScreen
 from gpuws.tui.screens.results import ResultsScreen
@@ -56,6 +57,9 @@ async def start_watch(pilot: Pilot[Any], command: str, workspace: Path) -> Watch
     screen.query_one("#workspace", Input).value = str(workspace)
     await until(pilot, lambda: not screen.query_one("#watch").disabled)
     await pilot.press("ctrl+t")
+    # A command has no Tier 1: the launcher asks once before watching one (issue 34, 8).
+    await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    await pilot.press("y")
     await until(pilot, lambda: isinstance(app.screen, WatchScreen))
     watch = app.screen
     assert isinstance(watch, WatchScreen)

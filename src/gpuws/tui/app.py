@@ -9,6 +9,7 @@ which routes it to the run screens showing that run.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from ..remote_agent.profilers.ncu_select import step_text
 from ..runspec import LaunchOptions
 from ..sessions.cost import Economics
 from ..text.textsafe import visible, visible_lines
-from . import workers
+from . import fmt, workers
 from .commands import ActionsProvider
 from .messages import (
     AgentLog,
@@ -278,11 +279,14 @@ class GpuwsApp(App[int]):
             self._work(workers.set_baseline_of(self, run_id, base), "store",
                        f"compare {run_id} with {base}")
         link = self.link
-        finished = any(isinstance(e, protocol.RunFinished) for e in events)
+        end = next((e for e in events if isinstance(e, protocol.RunFinished)), None)
+        finished = end is not None
         watching = self.watch_loop is not None and run_id in self.watch_loop.run_ids
-        if finished and link is not None and run_id in link.following and not watching:
-            # The engine pulls its artifacts (the one "finished → pull" rule).
-            self.notify(f"run {run_id} finished", timeout=5, markup=False)
+        if end is not None and link is not None and run_id in link.following and not watching:
+            # The engine pulls its artifacts (the one "finished → pull" rule). The toast
+            # says how it ended: "finished" read as a success for a failed or cancelled run.
+            self.notify(run_end_line(run_id, end), timeout=5, markup=False,
+                        severity="information" if end.status == "ok" else "warning")
         if link is not None and run_id in link.following and not watching:
             before = set(self.runs_going)
             (self.runs_going.discard if finished else self.runs_going.add)(run_id)
@@ -555,11 +559,24 @@ class GpuwsApp(App[int]):
 
         self.push_screen(ArtifactsScreen(run_id))
 
+    @property
+    def replaying_file(self) -> bool:
+        """Whether this app replays a recording file: into a throwaway store (a recording
+        is untrusted and never enters the person's sessions), so nothing marked or stored
+        in it outlives the app."""
+        return isinstance(self.start, StartReplay) and self.store.is_throwaway
+
     def action_export(self) -> None:
         """Write the current session as a markdown report."""
         sid = self.engine.session_id
         if sid is None:
             self.notify("no session to export yet", severity="warning", markup=False)
+        elif self.replaying_file:
+            # The report lasts; the throwaway session it was read from does not: the file
+            # is named after the recording, not after a session id that will not exist.
+            assert isinstance(self.start, StartReplay)
+            self._work(workers.export(self, sid, replay_export_name(self.start.source)),
+                       "export", f"export the replay of {self.start.source}")
         else:
             self.export_session(sid)
 
@@ -653,3 +670,21 @@ class GpuwsApp(App[int]):
     def replay_stored_run(self, run_id: str) -> None:
         """Show a stored run's panes, filled from the store."""
         self.open_run_screen(run_id, live=self.link is not None and run_id in self.link.following)
+
+
+def replay_export_name(source: str) -> str:
+    """``gpuws-replay-STEM.md`` for a recording file (its name tamed to a safe file name)."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(source).stem).strip("._") or "recording"
+    return f"gpuws-replay-{stem[:80]}.md"
+
+
+def run_end_line(run_id: str, end: protocol.RunFinished) -> str:
+    """How a followed run ended, in one toast line: ``run … ok in 2.3 s``, ``run … failed:
+    why``, ``run … cancelled``."""
+    if end.status == "ok":
+        return f"run {run_id} ok in {fmt.duration(end.wall_s)}"
+    if end.status == "cancelled":
+        return f"run {run_id} cancelled after {fmt.duration(end.wall_s)}"
+    why = end.error or (f"exit code {end.exit_code}" if end.exit_code is not None else "")
+    # The pod's words: made visible, and cut so the toast stays a line or two.
+    return f"run {run_id} failed" + (f": {visible(why, 160)}" if why else "")

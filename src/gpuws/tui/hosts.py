@@ -33,6 +33,29 @@ class HostEntry:
     last_cost: float | None
     last_used: float | None
 
+    @property
+    def unknown_name(self) -> bool:
+        """A bare name (no dot, ``@`` or port) that the ssh config does not hold: it was
+        reached before through another config (``-F``), which Home does not know, so
+        Enter here answered "cannot resolve host". Home marks it instead of offering it
+        as if it worked."""
+        return (not self.in_config and self.name not in ("local", "localhost")
+                and not any(c in self.name for c in ".@:["))
+
+
+#: Characters no ssh alias or host name holds: a line holding one is a pasted command or
+#: a stray key, refused on Home before anything connects.
+NOT_IN_A_HOST = frozenset(" \t;|&`$<>()'\"\\*?!{}~#")
+
+
+def destination_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a destination typed on Home, or None."""
+    bad = sorted({c for c in text if c in NOT_IN_A_HOST or ord(c) < 32 or c == "\x7f"})
+    if not bad:
+        return None
+    shown = " ".join("space" if c == " " else repr(c)[1:-1] for c in bad)
+    return f"not a host name (it holds {shown})"
+
 
 @dataclass(frozen=True)
 class SessionSummary:
@@ -98,6 +121,8 @@ def _where(alias: str, config_file: str | None) -> str:
 def _entry(name: str, where: str, in_config: bool, last: SessionSummary | None) -> HostEntry:
     if name == "local" and not where:
         where = "this machine"
+    elif not in_config and not where and "@" in name:
+        where = name  # a user@host[:port] typed before says itself where it leads
     return HostEntry(name=name, where=where, in_config=in_config,
                      gpu=last.gpu if last else None,
                      last_cost=last.cost_usd if last else None,

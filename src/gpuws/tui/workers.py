@@ -241,8 +241,12 @@ async def watch_baseline(app: GpuwsApp, loop: WatchLoop, n: int) -> None:
 async def cancel(app: GpuwsApp, run_id: str) -> None:
     """Cancel a run on the pod; its RunFinished(cancelled) arrives as an event."""
     _link(app)
+    going = run_id in app.runs_going
     info = await app.engine.cancel(run_id)
-    app.notify(f"run {run_id}: {visible(info.status, 40)}", timeout=5, markup=False)
+    if not going:
+        # A run this connection follows says "cancelled" itself when its end arrives; a
+        # second toast for the same cancel read as two events ("finished", "cancelled").
+        app.notify(f"run {run_id}: {visible(info.status, 40)}", timeout=5, markup=False)
 
 
 async def pick_run(app: GpuwsApp) -> None:
@@ -301,11 +305,22 @@ async def pull(app: GpuwsApp, run_id: str, quiet: bool) -> None:
         app.notify(f"pulled {names}", title="Artifacts home", timeout=10, markup=False)
 
 
-async def export(app: GpuwsApp, session_id: str) -> None:
-    """Write the session as markdown (atomically) and say where."""
+async def export(app: GpuwsApp, session_id: str, name: str | None = None) -> None:
+    """Write the session as markdown (atomically) and say where.
+
+    Args:
+        app: the app.
+        session_id: the session.
+        name: the file's name (a replay's, after its recording); else the session's.
+    """
     text = await app.store.call(lambda s: export_session(s, session_id, now=app.now()))
-    path = app.exports_dir() / f"gpuws-session-{session_id}.md"
+    path = app.exports_dir() / (name or f"gpuws-session-{session_id}.md")
     size = await asyncio.to_thread(write_atomic, path, text)
+    if name is not None:
+        app.notify(f"{path} ({size:,} bytes) — the report lasts; the replay itself is not "
+                   "kept in your sessions", title="Recording exported", timeout=15,
+                   markup=False)
+        return
     app.notify(f"{path} ({size:,} bytes)", title="Session exported", timeout=15, markup=False)
     app.post_to_screens(SessionsScreen, lambda: Exported(session_id, str(path), size))
 

@@ -58,11 +58,17 @@ class DashboardScreen(Screen[None]):
     DashboardScreen #left { width: 1fr; }
     DashboardScreen #right { width: 1fr; }
     DashboardScreen.-narrow #columns { layout: vertical; }
-    DashboardScreen.-narrow #left { height: 45%; }
+    /* At 80x24 the Pod panel had 7 rows and ncu, nsys and counters were below its fold:
+       their verdicts get one line above the columns, the titles no blank line above, and
+       the telemetry and cost only the rows they use. */
+    DashboardScreen #tools-line { display: none; padding: 0 1; }
+    DashboardScreen.-narrow #tools-line { display: block; height: 1; }
+    DashboardScreen.-narrow .title { margin-top: 0; }
+    DashboardScreen.-narrow #left { height: 1fr; }
+    DashboardScreen.-narrow #right { height: auto; }
     DashboardScreen.-narrow SparkGauge { height: 1; }
     DashboardScreen.-narrow SparkGauge Sparkline { height: 1; }
     DashboardScreen.-narrow #agent-log { height: 3; }
-    DashboardScreen.-narrow #right { height: 1fr; }
     DashboardScreen .title { text-style: bold; background: $boost; padding: 0 1;
                              margin-top: 1; width: 100%; }
     DashboardScreen #link-banner { display: none; background: $error 20%; padding: 0 1;
@@ -87,12 +93,19 @@ class DashboardScreen(Screen[None]):
         self.transport = transport
         self.history = history
         self.plan: protocol.NcuPlan | None = None
+        self._nsys: protocol.NsysPlan | None = None
         self._telemetry_stopped = False
 
     def compose(self) -> ComposeResult:
+        # The breakpoint's class from the start: it came with the first resize, so the
+        # first paint had two columns and jumped to one a moment later.
+        wide = self.app.size.width >= 110
+        self.set_class(not wide, "-narrow")
+        self.set_class(wide, "-wide")
         yield Header()
         yield Static(id="link-banner")
         yield Static(id="runs-going")
+        yield Static(self._tools_line(), id="tools-line")
         with Horizontal(id="columns"):
             with VerticalScroll(id="left"):
                 yield Label("Pod", classes="title")
@@ -155,6 +168,23 @@ class DashboardScreen(Screen[None]):
                 (f"{len(run_ids)} run{'s' if len(run_ids) > 1 else ''} going on the pod: ",
                  "bold"), shown, " — a re-attaches, r shows results"))
 
+    def _tools_line(self) -> Text:
+        """Counters, ncu and nsys in one line (shown on narrow terminals, where their
+        panels are below the Pod panel's fold)."""
+        look = {"allowed": ("✓ counters allowed", "green"),
+                "blocked": ("✗ counters blocked", "red")}
+        verdict = self.probe.counters.verdict if self.probe.counters else "unknown"
+        counters = look.get(verdict, ("? counters unknown", "yellow"))
+        ncu = (("… ncu: asking", "dim") if self.plan is None
+               else (visible(f"✓ ncu {self.plan.selected_version or '?'}", 30), "green")
+               if self.plan.selected else ("✗ no ncu fits", "red"))
+        nsys = self._nsys
+        nsys_part = (("… nsys: asking", "dim") if nsys is None
+                     else (visible(f"✓ nsys {nsys.selected_version or '?'}", 30), "green")
+                     if nsys.selected else ("✗ no working nsys", "yellow"))
+        return Text.assemble(counters, " · ", ncu, " · ", nsys_part,
+                             (" — details under Pod", "dim"))
+
     def _telemetry_title(self, state: Text | None = None) -> Text:
         """The telemetry pane's title, with how sampling goes where it is not just going."""
         n = len(self.probe.gpus)
@@ -186,10 +216,13 @@ class DashboardScreen(Screen[None]):
     def on_ncu_plan_ready(self, message: NcuPlanReady) -> None:
         self.plan = message.plan
         self.query_one(NcuPanel).show(message.plan)
+        self.query_one("#tools-line", Static).update(self._tools_line())
         self.refresh_bindings()
 
     def on_nsys_plan_ready(self, message: NsysPlanReady) -> None:
+        self._nsys = message.plan
         self.query_one(NsysPanel).show(message.plan)
+        self.query_one("#tools-line", Static).update(self._tools_line())
 
     def on_nsys_panel_install_requested(self, message: NsysPanel.InstallRequested) -> None:
         self.app.confirm_nsys_install(message.plan)
@@ -215,6 +248,7 @@ class DashboardScreen(Screen[None]):
         self.query_one("#link-banner").display = False
         self.query_one(PodInfo).show(probe)
         self.query_one(CountersPanel).show(probe.counters)
+        self.query_one("#tools-line", Static).update(self._tools_line())
 
     def on_ncu_panel_install_requested(self, message: NcuPanel.InstallRequested) -> None:
         self.app.confirm_ncu_install(message.plan)

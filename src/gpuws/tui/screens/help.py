@@ -74,7 +74,13 @@ class HelpScreen(ModalScreen[None]):
                 continue
             seen.add((b.action, b.description))
             shown = active.binding.key_display or self.app.get_key_display(b)
-            table.add_row(shown or key, b.description)
+            # A key that waits for something (b on the watch screen before a median) is
+            # still listed, saying it does nothing yet.
+            table.add_row(shown or key, b.description if active.enabled
+                          else Text.assemble(b.description, (" (not available now)", "dim")))
+        for key, what in getattr(self.under, "HELP_KEYS", ()):
+            # Keys a screen's list or table handles (Enter on a row), which it names.
+            table.add_row(self.app.get_key_display(Binding(key, "")), what)
         table.caption = ("Arrows, Tab, Enter and the mouse work in lists, tabs and forms; "
                          "Ctrl+P finds any action by name. Esc, q or ? closes this help.")
         table.caption_justify = "left"  # a centred caption's last word sat alone mid-line

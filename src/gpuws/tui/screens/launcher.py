@@ -4,6 +4,7 @@ named before the run starts."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
@@ -60,7 +61,10 @@ class LauncherScreen(Screen[None]):
     LauncherScreen .row > Label { width: 18; padding: 0 1 0 0; }
     LauncherScreen .row > Input { width: 1fr; }
     LauncherScreen .row > Select { width: 1fr; }
-    LauncherScreen .help { color: $text-muted; padding: 0 0 0 18; }
+    /* Wrapped, never cut: a help line or the no-GPU note ran off the right edge
+       ("(no NVIDIA driver: libnvidia-ml.so.1" at 80 columns, its remedy even at 160). */
+    LauncherScreen .help { color: $text-muted; padding: 0 0 0 18; width: 100%;
+                           height: auto; }
     LauncherScreen #kind { layout: horizontal; height: auto; width: 100%; }
     LauncherScreen #builtin-box, LauncherScreen #params { height: auto; }
     LauncherScreen #tiers { height: auto; margin-top: 1; }
@@ -72,8 +76,10 @@ class LauncherScreen(Screen[None]):
     LauncherScreen #buttons Button { margin-right: 2; }
     """
 
-    #: Start on the workload kind: arrows choose it, Tab goes on to its fields.
-    AUTO_FOCUS = "#kind"
+    #: The focus starts in the chosen kind's field (see ``on_mount``), whatever was
+    #: prefilled: it started on the kind's buttons when the form opened empty and in the
+    #: command box when a command was remembered, so typing a command went nowhere.
+    AUTO_FOCUS = None
 
     app: GpuwsApp
 
@@ -149,10 +155,12 @@ class LauncherScreen(Screen[None]):
                                                     value="none", allow_blank=False,
                                                     id="clock-control"))
             yield Label("Workspace", classes="section")
-            yield from _row("project dir", Input(
-                placeholder="optional: a directory here, synced to the pod; the run "
-                            "executes in it (a file is then a path inside it)",
-                id="workspace"))
+            yield from _row("project dir", Input(placeholder="optional: a folder here",
+                                                  id="workspace"))
+            # What the field does, under it: a placeholder cannot wrap, and its end was cut.
+            yield Label("synced to the pod before each run, which executes in it (a Python "
+                        "file is then a path inside it); with it, Watch re-runs on every "
+                        "save in it", classes="help")
             yield from _row("Tier 3 budget", Input(placeholder="seconds (stops a longer plan "
                                                             "before ncu)", id="max-tier3",
                                                    type="number"))
@@ -198,12 +206,18 @@ class LauncherScreen(Screen[None]):
             return None
         return next((g for g in self.probe.gpus if str(g.index) == value), None)
 
-    def _no_gpu_note(self) -> Text:
+    def _no_gpu_why(self) -> str | None:
+        """Why the probe found no GPU (shown, never markup), or None: the pod has one."""
         if self.probe is None and self.app.link is not None:
             self.probe = self.app.link.probe
         if self.probe is None or self.probe.gpus:
+            return None
+        return visible(self.probe.gpu_error or "none was found", 200)
+
+    def _no_gpu_note(self) -> Text:
+        why = self._no_gpu_why()
+        if why is None:
             return Text("")
-        why = visible(self.probe.gpu_error or "none was found", 200)
         return Text(f"! This pod has no GPU ({why}): a bundled kernel or a Python file "
                     "fails at once; a command runs, without Tiers 2 and 3.")
 
@@ -216,6 +230,12 @@ class LauncherScreen(Screen[None]):
         self._show_params(str(self.query_one("#builtin", Select).value))
         if self.remembered:
             self._restore(self.remembered)
+        self.call_after_refresh(self._focus_kind_field)
+
+    def _focus_kind_field(self) -> None:
+        """Put the cursor where the chosen kind is filled in (the kernel, file or command;
+        shift+Tab goes back to the kinds)."""
+        self.query_one(_KIND_FIELD[self.kind]).focus()
 
     def _restore(self, workload: str) -> None:
         """Open on the workload chosen last (its kind, kernel and parameters, or its file or
@@ -252,8 +272,7 @@ class LauncherScreen(Screen[None]):
     def _kind_changed(self, event: RadioSet.Changed) -> None:
         self._show_kind((event.pressed.id or "kind-builtin").removeprefix("kind-"))
         # Picking a kind means filling it in next: go there once the box is shown.
-        target = {"builtin": "#builtin", "file": "#file", "cmd": "#cmd"}[self.kind]
-        self.call_after_refresh(self.query_one(target).focus)
+        self.call_after_refresh(self._focus_kind_field)
 
     def _show_kind(self, kind: str) -> None:
         self.kind = kind
@@ -275,10 +294,21 @@ class LauncherScreen(Screen[None]):
 
     @on(Input.Changed, "#workspace")
     def _watchable(self) -> None:
-        """Watch is offered when there is something to watch."""
+        """Watch is offered when there is something to watch (the button, and the footer's
+        ^t, which was offered for every kind)."""
         if self.is_mounted:
-            self.query_one("#watch", Button).disabled = not (
-                self.kind == "file" or self.query_one("#workspace", Input).value.strip())
+            self.query_one("#watch", Button).disabled = not self.can_watch()
+            self.refresh_bindings()
+
+    def can_watch(self) -> bool:
+        """Whether the form names something to watch: a Python file, or a project dir."""
+        return self.kind == "file" or bool(self.query_one("#workspace", Input).value.strip())
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "watch":
+            # Shown dimmed, not hidden: the footer still says the key exists.
+            return True if self.can_watch() else None
+        return True
 
     @on(Select.Changed, "#builtin")
     def _builtin_changed(self, event: Select.Changed) -> None:
@@ -402,6 +432,7 @@ class LauncherScreen(Screen[None]):
         error = self.query_one("#error", Static)
         try:
             options = self.options()
+            self._check_watchable(options)  # first: the spec's own errors speak of `file:`
             build_spec(options)
             watched_paths(options.workspace, options.workload)
         except GpuwsError as exc:
@@ -411,7 +442,57 @@ class LauncherScreen(Screen[None]):
             return
         error.update("")
         self._remember()
-        self.app.start_watch(options, _choice(self, "#baseline"))
+        baseline = _choice(self, "#baseline")
+
+        def watch(yes: bool | None = True) -> None:
+            if yes:
+                self.app.start_watch(options, baseline)
+
+        if self.kind == "cmd":
+            # Asked once here, as Launch asks before a GPU run on a pod without one: a
+            # command has no Tier 1, so each save would add a row with no median.
+            self.app.push_screen(ConfirmScreen(
+                "A command has no Tier 1: watch it anyway?",
+                Text("Watch compares each version's Tier-1 median (CUDA events around a "
+                     "Python file's run()) with the last one and the baseline. A command "
+                     "has none: every save would re-run it and add a row with nothing to "
+                     "compare.\n\nChoose \"Python file\" to compare versions, or watch "
+                     "anyway to re-run the command on every save."), "Watch anyway"),
+                watch)
+            return
+        watch()
+
+    def _check_watchable(self, options: LaunchOptions) -> None:
+        """Refuse, in the form's words, a watch that has nothing to watch or that would
+        fail the same way on every save (``live.watchloop.watched_paths`` speaks the CLI's
+        ``-W``/``-w``, which this form does not show).
+
+        Raises:
+            UsageError: nothing to watch, a missing folder or file, or no GPU for a
+                workload that needs one.
+        """
+        kinds = {"builtin": "a bundled kernel", "cmd": "a command"}
+        if options.workspace:
+            if not Path(options.workspace).expanduser().is_dir():
+                raise UsageError(f"project dir {options.workspace!r} is not a folder here",
+                                 remedy="type your project's folder under Workspace, or "
+                                        "empty it to watch the Python file alone")
+        elif self.kind == "file":
+            path = options.workload.removeprefix("file:")
+            if not Path(path).expanduser().is_file():
+                raise UsageError(f"Python file {path!r}: no such file here",
+                                 remedy="type the path of your benchmark on this machine")
+        else:
+            raise UsageError(f"Watch has nothing to watch for {kinds[self.kind]}",
+                             remedy="fill in \"project dir\" under Workspace with your "
+                                    "project's folder, or choose \"Python file\"")
+        why = self._no_gpu_why()
+        if self.kind != "cmd" and why is not None:
+            # Launch asks, because one run shows the failure once; a watch would repeat
+            # the same failure on every save, so it is refused before it starts.
+            raise UsageError(f"This pod has no GPU ({why}): every save's run would fail "
+                             "at once, the same way",
+                             remedy="connect to a pod with a GPU, or watch a command")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
@@ -424,6 +505,8 @@ class LauncherScreen(Screen[None]):
 
 
 _T1_LABEL = "1 CUDA events"
+#: Where each workload kind is filled in.
+_KIND_FIELD = {"builtin": "#builtin", "file": "#file", "cmd": "#cmd"}
 
 
 def _row(label: str, widget: Input | Select[str]) -> ComposeResult:

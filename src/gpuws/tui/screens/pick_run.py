@@ -37,11 +37,14 @@ class PickRunScreen(ModalScreen[str | None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("run", "status", "started", "events", "workload")
+        # The workload before the start time and event count: at 80x24 it came last and
+        # showed only "cmd", the rest of it off the modal's right edge.
+        table.add_columns("run", "status", "workload", "started", "events")
         for r in self.runs:
             # Everything here is the pod's word: shown as text, never as markup.
-            table.add_row(safe_text(r.run_id), safe_text(r.status), fmt.when(r.started),
-                          str(r.last_seq + 1), safe_text(r.workload, limit=60), key=r.run_id)
+            table.add_row(safe_text(r.run_id), safe_text(r.status),
+                          safe_text(r.workload, limit=60), fmt.when(r.started),
+                          str(r.last_seq + 1), key=r.run_id)
         table.focus()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:

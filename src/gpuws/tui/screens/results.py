@@ -123,6 +123,13 @@ class ResultsScreen(Screen[None]):
         if view.display:
             view.focus()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "baseline":
+            # A recording replayed from a file lives in a throwaway store: a baseline
+            # marked there said "now the baseline" and was gone on leaving. Not offered.
+            return not self.app.replaying_file
+        return True
+
     def action_baseline(self) -> None:
         """Mark this run as the baseline later runs of its workload are compared with."""
         self.app.mark_baseline(self.run_id)

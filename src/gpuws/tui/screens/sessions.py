@@ -13,10 +13,16 @@ from textual.widgets import DataTable, Footer, Header, Label, Static
 
 from ...text.textsafe import text as safe_text
 from .. import fmt
+from ..columns import SESSION_COLUMNS, fill, fitting, session_cells
+from ..hosts import SessionSummary
 from ..messages import Exported, SessionsData
 
 if TYPE_CHECKING:
     from ..app import GpuwsApp
+
+
+#: The most of a workload the runs table shows (a command can be a whole script).
+WORKLOAD_LIMIT = 200
 
 
 class SessionsScreen(Screen[None]):
@@ -44,6 +50,7 @@ class SessionsScreen(Screen[None]):
     def __init__(self, select: str | None = None) -> None:
         super().__init__()
         self.session_id: str | None = select
+        self.sessions: list[SessionSummary] = []
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -58,47 +65,52 @@ class SessionsScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.title = "gpuws · sessions"
-        # Fixed widths: columns do not jump as rows arrive, and long values are cut.
-        for label, width in (("session", 12), ("host", 18), ("GPU", 16), ("started", 16),
-                             ("duration", 12), ("runs", 4), ("cost", 8)):
-            self.query_one("#sessions", DataTable).add_column(label, width=width)
-        self._run_columns(22, 10)
+        self._draw_sessions()
+        self._run_columns(22, 10, 30)
         self.app.load_sessions(self, self.session_id)
 
-    def _run_columns(self, id_width: int, baseline_width: int) -> None:
-        """The runs table's columns, ids whole: a run id (22 characters from the agent, up
-        to 64 in a recording) and "vs <id>" were cut at a fixed 22 and 24."""
+    def on_resize(self) -> None:
+        if self.query("#sessions"):  # a resize may come before the tables are mounted
+            self._draw_sessions()
+
+    def _draw_sessions(self) -> None:
+        """The sessions, with the columns that fit (fixed widths: columns do not jump as
+        rows arrive; on a narrow terminal the GPU goes, where "runs" and "cost" were
+        pushed off-screen and "duration" cut)."""
+        fill(self.query_one("#sessions", DataTable),
+             fitting(SESSION_COLUMNS, self.app.size.width - 3),
+             ((s.row.id, session_cells(s)) for s in self.sessions))
+
+    def _run_columns(self, id_width: int, baseline_width: int, workload_width: int) -> None:
+        """The runs table's columns, ids and workloads whole: a run id (22 characters from
+        the agent, up to 64 in a recording) and "vs <id>" were cut at a fixed 22 and 24, a
+        workload at 30 even at 160 columns. The workload comes last: the widest."""
         runs = self.query_one("#runs", DataTable)
         runs.clear(columns=True)
         for label, width in (("run", id_width), ("status", 9), ("wall", 10),
-                             ("baseline", baseline_width), ("workload", 30),
-                             ("started", 16)):
+                             ("baseline", baseline_width), ("started", 16),
+                             ("workload", workload_width)):
             runs.add_column(label, width=width)
 
     def on_sessions_data(self, message: SessionsData) -> None:
         table = self.query_one("#sessions", DataTable)
         if table.row_count != len(message.sessions):
-            table.clear()
-            for s in message.sessions:
-                # Text of visible(): a GPU name (the pod's) and a host (a recording's) are
-                # never markup and never a control sequence.
-                table.add_row(safe_text(s.row.id), safe_text(s.row.host, limit=200),
-                              safe_text(s.gpu or "—", limit=200), fmt.when(s.row.started),
-                              fmt.duration(s.duration_s), str(s.row.run_count),
-                              fmt.usd(s.cost_usd), key=s.row.id)
+            self.sessions = message.sessions
+            self._draw_sessions()
         self.session_id = message.session_id
         if message.session_id is not None:
             table.move_cursor(row=table.get_row_index(message.session_id))
         bases = ["★ baseline" if r.is_baseline else (f"vs {r.baseline_of}" if r.baseline_of
                                                     else "") for r in message.runs]
         # Widths from the rows: the columns change only when another session is shown.
+        workloads = [safe_text(r.workload, limit=WORKLOAD_LIMIT) for r in message.runs]
         self._run_columns(max([22, *(len(r.run_id) for r in message.runs)]),
-                          max([10, *(len(b) for b in bases)]))
+                          max([10, *(len(b) for b in bases)]),
+                          max([30, *(w.cell_len for w in workloads)]))
         runs = self.query_one("#runs", DataTable)
-        for r, base in zip(message.runs, bases, strict=True):
+        for r, base, workload in zip(message.runs, bases, workloads, strict=True):
             runs.add_row(safe_text(r.run_id), safe_text(r.status), fmt.duration(r.wall_s),
-                         safe_text(base), safe_text(r.workload), fmt.when(r.started),
-                         key=r.run_id)
+                         safe_text(base), fmt.when(r.started), workload, key=r.run_id)
         count = len(message.sessions)
         self.sub_title = f"{count} session" + ("" if count == 1 else "s")
 

@@ -53,6 +53,10 @@ class WatchScreen(Screen[None]):
         Binding("question_mark", "app.help", "Help"),
         Binding("q", "app.quit", "Quit", show=False),
     ]
+    #: Keys the help lists besides the bindings: Enter belongs to the table (whose own
+    #: binding the help leaves out), so a person never learnt it from the help.
+    HELP_KEYS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("enter", "the selected iteration's results"),)
     DEFAULT_CSS = """
     WatchScreen #watch-status { height: auto; padding: 0 1; background: $boost; }
     WatchScreen #watch-detail { height: auto; padding: 0 1; }
@@ -166,7 +170,8 @@ class WatchScreen(Screen[None]):
             it = self.iterations.get(int(key)) if key is not None else None
         detail = Text()
         if it is None:
-            detail.append("each save is a run: its row, its point on the chart", "dim")
+            detail.append("each save is a run: its row, its point on the chart; Enter opens "
+                          "a row's results, b makes it the baseline", "dim")
         else:
             detail.append(f"#{it.n} · run {it.run_id or '—'}")
             if it.status not in ("", "ok"):
@@ -204,7 +209,9 @@ class WatchScreen(Screen[None]):
     # ------------------------------------------------------------------ keys
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "mark_baseline":
-            return any(i.samples for i in self.iterations.values())
+            # Dimmed, not hidden, until an iteration has samples: on a pod where every
+            # iteration failed, b was in neither the footer nor the help.
+            return True if any(i.samples for i in self.iterations.values()) else None
         return True
 
     def action_leave(self) -> None:

@@ -213,6 +213,15 @@ class Roofline(Widget):
             # A point's label holds a kernel's name (the pod's word): visible.
             text.append(f" {visible(p.label, 300)}: {p.ai:.3g} FLOP/B, {p.tflops:.3g} TFLOP/s — "
                         f"{share:.0f}% of its roof ({bound})")
+            if share > 100:
+                # A kernel engineer questions a point above a roof: say what the roof is.
+                roof = "bandwidth" if p.ai < c.ridge else "compute"
+                parts = [part for part in c.source.split("; ")
+                         if part.lower().startswith("bandwidth") == (roof == "bandwidth")]
+                what = ":".join(parts[0].split(":")[1:3]).strip() if parts else "?"
+                text.append(f"\n   above its roof: the {roof} roof is {visible(what, 200)} "
+                            "— not a hard limit; data served from L2, or clocks above those "
+                            "the roof was taken at, read over 100%", "italic yellow")
         for note in self._notes:
             text.append(f"\n· {visible(note)}", "dim")
         return text

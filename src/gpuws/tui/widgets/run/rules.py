@@ -43,6 +43,8 @@ class RuleList(QuietStatic):
                                  else Text("no rule findings yet", "dim"))
             return
         text = Text()
+        if any(r.est_speedup_pct is not None for r in rules):
+            text.append(SPEEDUP_NOTE + "\n\n", "italic dim")
         for i, r in enumerate(sort_rules(rules)):
             if i:
                 text.append("\n\n")
@@ -55,3 +57,9 @@ class RuleList(QuietStatic):
             text.append(f"{visible(verdicts.short(r.kernel))}{visible(scope, 60)}\n", "cyan")
             text.append(visible(r.message))
         self.show_if_changed(key, text)
+
+
+#: Said above ranked findings: the ▲ figure is ncu's model, and it orders the list.
+SPEEDUP_NOTE = ("▲ ncu's estimated speedup if the issue were removed: an upper bound from "
+                "ncu's model, not a measurement. The list is ranked by it, so weigh each "
+                "against the kernel's measured pipe and memory use.")

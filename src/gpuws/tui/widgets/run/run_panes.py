@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.timer import Timer
-from textual.widgets import DataTable, Label, Log, TabbedContent, TabPane
+from textual.widgets import DataTable, Label, TabbedContent, TabPane
 
 from .... import protocol
 from ....gpu import gpus
@@ -32,6 +32,7 @@ from .banner import DiagnosisBanner
 from .kernel_table import KernelTablePane, kernel_table_caption
 from .metrics_table import MetricsTable
 from .ncu_progress import NcuProgressPane
+from .output_log import OutputLog
 from .rules import RuleList
 from .tier_strip import TierStrip
 from .timeline import TimelinePane, TimelineView
@@ -102,7 +103,7 @@ class RunPanes(Vertical):
                     yield TimelinePane(id="timeline")
             with Vertical(id="log-pane"):
                 yield Label("output", id="log-title")
-                yield Log(id="run-log", max_lines=5000)
+                yield OutputLog(id="run-log", max_lines=5000)
 
     def on_mount(self) -> None:
         try:
@@ -251,9 +252,9 @@ class RunPanes(Vertical):
 
     def _write_log(self, lines: list[LogLine]) -> None:
         self._log_lines += len(lines)
-        self.query_one("#run-log", Log).write_lines(
+        self.query_one("#run-log", OutputLog).add_lines([
             f"{_source(ln)} {_STREAM.get(ln.stream, visible(ln.stream[:3], None))}│ "
-            f"{visible(ln.text)}" for ln in lines)
+            f"{visible(ln.text)}" for ln in lines])
         # The title's size never changes (width 1fr, one line): no layout pass.
         lines_word = "line" if self._log_lines == 1 else "lines"
         self.query_one("#log-title", Label).update(f"output · {self._log_lines} {lines_word}",
@@ -312,10 +313,14 @@ def render_static(analyses: list[protocol.StaticAnalysis]) -> Text:
         text.append("static ", "bold")
         occ = fmt.pct(s.theoretical_occupancy_pct, 0)
         regs = "?" if s.registers_per_thread is None else str(s.registers_per_thread)
+        # At 100% nothing limits it: "(limited by registers)" there read as a problem.
+        full = (s.theoretical_occupancy_pct is not None
+                and s.theoretical_occupancy_pct >= 100)
+        limit = " (the most an SM allows)" if full else f" (limited by {s.limiter or '?'})"
         # The kernel's name, the limiter and the source are the pod's words: visible.
         text.append(visible(f"{verdicts.short(s.kernel)}: {regs} regs/thread · "
                             f"{fmt.size(s.shared_mem_per_block)} smem/block · "
                             f"{fmt.size(s.local_mem_per_thread)} local/thread · block "
                             f"{s.block_size or '?'} → theoretical occupancy {occ}"
-                            f" (limited by {s.limiter or '?'}) · {s.source}"))
+                            f"{limit} · {s.source}"))
     return text

@@ -12,6 +12,7 @@ from ....live import verdicts
 from ....text.textsafe import visible
 from ... import fmt
 from ..quiet import QuietStatic
+from .rules import SPEEDUP_NOTE
 
 _BOUND_STYLE = {"gpu": "bold green", "launch": "bold yellow", "transfer": "bold yellow",
                 "host": "bold yellow", "communication": "bold yellow"}
@@ -55,6 +56,8 @@ def render_verdicts(v: verdicts.Verdicts, empty: str = "") -> Text:
         if shown:
             text.append("  " + visible("; ".join(verdicts.evidence_text(e) for e in shown),
                                        1200) + "\n", "dim")
+        if any(r.est_speedup_pct is not None for r in k.rules[:6]):
+            text.append("  " + SPEEDUP_NOTE + "\n", "italic dim")
         for r in k.rules[:6]:
             speed = (f"▲ {fmt.pct(r.est_speedup_pct, 0)} " if r.est_speedup_pct is not None
                      else "  ")
