@@ -535,3 +535,21 @@ async def test_the_output_pane_wraps_a_long_line_at_160_columns() -> None:
         rows = list(log.lines)
         assert rows[0] + "".join(r[len(WRAP_MARK):] for r in rows[1:]) == whole
         await app.shutdown()
+
+
+def test_the_timing_tabs_rate_past_its_roof_says_what_the_roof_is() -> None:
+    """Finding 28, the Timing tab: the H200 saxpy recording reads "4,300 GB/s (102% of
+    4,230)"; beside it, the same caption the CLI prints says the roof is a measured
+    device copy's bandwidth, not the memory's limit."""
+    from gpuws.live.model import RunModel
+    from gpuws.tui.widgets.run.timing import _stats
+    from tui.tuikit import recorded_events  # type: ignore[import-not-found]
+
+    events = recorded_events()
+    model = RunModel(events[0].run_id)
+    model.apply(events)
+    assert model.tier1 is not None and (model.tier1.pct_peak_bw or 0) > 100
+    text, _ = _stats(model)
+    plain = text.plain
+    assert "% of its roof: the roof, " in plain, plain
+    assert "what a device copy reaches, not the memory's limit" in plain

@@ -15,6 +15,7 @@ from textual.widgets import Label, Sparkline, Static
 
 from .... import protocol
 from ....gpu import clocks, evidence
+from ....gpu.roofs import roof_caption
 from ....live.model import RunModel
 from ....text.textsafe import visible
 from ... import fmt
@@ -150,6 +151,13 @@ def _stats(model: RunModel) -> tuple[Text, tuple[float, float, float] | None]:
             rates.append(f"{result.tflops:.3g} TFLOP/s{of}")
         if rates:
             text.append("\n" + " · ".join(rates), "cyan")
+        # A rate past its roof reads as an error to a kernel engineer: say what the roof is.
+        for caption in (roof_caption(result.pct_peak_bw, result.peak_gbps, "GB/s",
+                                     result.peak_source),
+                        roof_caption(result.pct_peak_flops, result.peak_tflops, "TFLOP/s",
+                                     result.peak_source)):
+            if caption is not None:
+                text.append("\n" + caption, "yellow")
         if result.events_median_ms is not None:  # a short call, timed again from CUPTI
             text.append(f"\ntimed by {visible(result.timing_source or '?', 40)}; CUDA events "
                         f"read {fmt.ms(result.events_median_ms)}", "dim")
