@@ -100,6 +100,8 @@ def _timed(argv: list[str], env: dict[str, str], first_lines: int | None = None
             first = time.perf_counter() - start
     _, status, usage = os.wait4(proc.pid, 0)
     end = time.perf_counter() - start
+    if first_lines is not None and first is None:
+        first = end  # a listing shorter than a screen: all of it is the first screenful
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}")
