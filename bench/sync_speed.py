@@ -36,6 +36,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "performance.md"
 GPUWS = "import sys; from gpuws.cli import main; sys.exit(main())"
 CASES = ("first", "one changed file", "nothing changed")
-TOOLS = ("gpuws sync", "rsync -a")
+#: The kept connection's tool (``--kept``): ``gpuws sync`` through the master a host's
+#: ``persist`` leaves (docs/performance.md section 16), beside its own connection.
+KEPT = "gpuws sync (kept)"
 
 
 def _children_cpu() -> float:
@@ -82,73 +85,97 @@ def run(pod: Pod, args: argparse.Namespace) -> dict[str, Any]:
     dest = pod.cache.parent / "rsync-dest"
     env = dict(os.environ)
     ssh = f"ssh -F {pod.config} -o BatchMode=yes"
+    # Each gpuws tool has its own copy of the tree (the same files), so its own workspace
+    # on the pod: one's sync never finds the other's work done.
+    trees = {"gpuws sync": tree, "rsync -a": tree}
+    if args.kept:
+        trees[KEPT] = work / "tree-kept"
+        make_tree(trees[KEPT], args.files)
     argv = {"gpuws sync": [sys.executable, "-c", GPUWS, "sync", "-F", str(pod.config), "pod",
-                           "-W", str(tree), "--json"],
+                           "-W", str(tree), "--json", "--no-persist"],
             "rsync -a": ["rsync", "-a", "-e", ssh, f"{tree}/", f"pod:{dest}/"]}
+    if args.kept:
+        argv[KEPT] = [sys.executable, "-c", GPUWS, "sync", "-F", str(pod.config), "pod",
+                      "-W", str(trees[KEPT]), "--json"]
+    tools = list(argv)
 
     def fresh(tool: str) -> None:
-        if tool == "gpuws sync":
-            for sub in ("workspaces", "wsblobs"):
-                shutil.rmtree(pod.cache / sub, ignore_errors=True)
+        if tool.startswith("gpuws sync"):
+            from gpuws.workspace.sync import workspace_name
+
+            name = workspace_name(trees[tool].resolve())
+            shutil.rmtree(pod.cache / "workspaces" / name, ignore_errors=True)
+            (pod.cache / "workspaces" / ".state" / f"{name}.json").unlink(missing_ok=True)
+            # The blob store is shared: emptied, so this tool's first sync sends it all.
+            shutil.rmtree(pod.cache / "wsblobs", ignore_errors=True)
         else:
             shutil.rmtree(dest, ignore_errors=True)
 
-    for tool in TOOLS:  # untimed: gpuws deploys its agent, both fill the page cache
-        fresh(tool)
+    for tool in tools:  # untimed: gpuws deploys its agent (and starts the master), the
+        fresh(tool)     # page cache is filled for both
         measure(argv[tool], env)
-    wall: dict[str, list[float]] = {f"{c}: {t}": [] for c in CASES for t in TOOLS}
+    wall: dict[str, list[float]] = {f"{c}: {t}": [] for c in CASES for t in tools}
     cpu: dict[str, list[float]] = {k: [] for k in wall}
-    own: dict[str, list[float]] = {c: [] for c in CASES}
+    own: dict[str, list[float]] = {f"{c}: {t}": [] for c in CASES for t in tools
+                                   if t.startswith("gpuws")}
     edited = next(tree.rglob("*.py"))
-    order = list(TOOLS)
+    rel = edited.relative_to(tree)
+    order = list(tools)
     for rep in range(args.reps):
         order = order[1:] + order[:1]  # rotate who goes first
         for case in CASES:
             if case == "one changed file":
-                with edited.open("a") as f:
-                    f.write(f"# edit {rep}\n")
+                for copy in set(trees.values()):
+                    with (copy / rel).open("a") as f:
+                        f.write(f"# edit {rep}\n")
             for tool in order:
                 if case == "first":
                     fresh(tool)
                 w, c, out = measure(argv[tool], env)
                 wall[f"{case}: {tool}"].append(w)
                 cpu[f"{case}: {tool}"].append(c)
-                if tool == "gpuws sync":
+                if tool.startswith("gpuws sync"):
                     reply = json.loads(out)
-                    own[case].append(reply["seconds"])
+                    own[f"{case}: {tool}"].append(reply["seconds"])
                     sent = reply["blobs_sent"]
                     want = {"first": args.files, "one changed file": 1, "nothing changed": 0}
                     assert sent == want[case], (case, reply)
-    # Both copies must be the tree, byte for byte (else the race was not a fair one).
-    ws = next(p for p in (pod.cache / "workspaces").iterdir() if not p.name.startswith("."))
-    for copy in (ws, dest):
-        assert (copy / edited.relative_to(tree)).read_bytes() == edited.read_bytes()
+    # Every copy must be its tree, byte for byte (else the race was not a fair one).
+    from gpuws.workspace.sync import workspace_name
+
+    copies = [(pod.cache / "workspaces" / workspace_name(trees[t].resolve()), trees[t])
+              for t in tools if t.startswith("gpuws")] + [(dest, tree)]
+    for copy, source in copies:
+        assert (copy / rel).read_bytes() == (source / rel).read_bytes()
         assert sum(1 for p in copy.rglob("*") if p.is_file()) == args.files
     med_wall = {k: median(v) for k, v in wall.items()}
     med_cpu = {k: median(v) for k, v in cpu.items()}
-    return {"files": args.files, "tree_bytes": total, "reps": args.reps, "rtt_ms": args.rtt_ms,
+    return {"tools": tools, "files": args.files, "tree_bytes": total, "reps": args.reps,
+            "rtt_ms": args.rtt_ms,
             "wall_s": wall, "cpu_s": cpu, "sync_own_s": own, "median_wall_s": med_wall,
-            "median_cpu_s": med_cpu, "median_sync_own_s": {c: median(v) for c, v in own.items()},
+            "median_cpu_s": med_cpu, "median_sync_own_s": {k: median(v) for k, v in own.items()},
             "machine": machine()}
 
 
 def table(res: dict[str, Any]) -> str:
-    """The figures as docs/performance.md shows them."""
+    """The figures as docs/performance.md shows them: each gpuws tool against rsync."""
     w, c, own = res["median_wall_s"], res["median_cpu_s"], res["median_sync_own_s"]
-    lines = ["| case | gpuws: wall | rsync: wall | wall ratio | gpuws: laptop CPU "
-             "| rsync: laptop CPU | CPU ratio | gpuws: the sync's own part |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| case | tool | wall | × rsync's | laptop CPU | × rsync's | the sync's own part |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for case in CASES:
-        g, r = f"{case}: gpuws sync", f"{case}: rsync -a"
-        lines.append(f"| {case} | {w[g]:.3f} s | {w[r]:.3f} s | {w[g] / w[r]:.2f}× "
-                     f"| {c[g]:.3f} s | {c[r]:.3f} s | {c[g] / c[r]:.2f}× "
-                     f"| {own[case]:.3f} s |")
+        r = f"{case}: rsync -a"
+        for tool in res.get("tools", ["gpuws sync", "rsync -a"]):
+            k = f"{case}: {tool}"
+            mine = own.get(k)
+            lines.append(f"| {case} | {tool} | {w[k]:.3f} s | {w[k] / w[r]:.2f}× "
+                         f"| {c[k]:.3f} s | {c[k] / c[r]:.2f}× "
+                         f"| {'' if mine is None else f'{mine:.3f} s'} |")
     return "\n".join(lines)
 
 
 def write_docs(res: dict[str, Any], command: str, docs: Path) -> None:
     """Replace this bench's block for this round trip in ``docs``."""
-    tag = f"sync_speed rtt={res['rtt_ms']:g}"
+    tag = f"sync_speed rtt={res['rtt_ms']:g}" + (" kept" if KEPT in res.get("tools", []) else "")
     m = res["machine"]
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     block = (f"<!-- {tag} begin: generated by bench/sync_speed.py, not typed -->\n"
@@ -194,6 +221,23 @@ def profile(pod: Pod, args: argparse.Namespace) -> None:
               f"{json.loads(reply)['seconds']:.3f} s; {stats}")
 
 
+def _stop_master(pod: Pod) -> None:
+    """End the kept connection's master, if the run left one (it would idle for 10 min)."""
+    import asyncio
+    import signal
+
+    from gpuws.transport.persist.client import PersistTransport
+
+    async def ask() -> object:
+        t = PersistTransport("pod", config_file=str(pod.config), idle_s=600)
+        await t.connect()
+        return t.master["pid"] if t.master is not None and t.reused else None
+
+    pid = asyncio.run(ask())
+    if pid is not None:
+        os.kill(int(str(pid)), signal.SIGTERM)
+
+
 def _shown_argv() -> list[str]:
     """This run's arguments as the docs show them: without --write-docs and --docs."""
     out, skip = [], False
@@ -215,6 +259,8 @@ def main() -> int:
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--write-docs", action="store_true",
                     help="put the table into docs/performance.md")
+    ap.add_argument("--kept", action="store_true",
+                    help="also gpuws sync through a kept connection (the host's persist)")
     ap.add_argument("--docs", type=Path, default=DOCS, help="the file --write-docs writes")
     ap.add_argument("--profile", help="instead: cProfile one gpuws process per case here")
     args = ap.parse_args()
@@ -223,11 +269,22 @@ def main() -> int:
     if args.reps < 5 and args.write_docs:
         raise SystemExit("the docs take medians of 5 or more (--reps 5)")
     compile_gpuws()
-    with running_pod("default", args.rtt_ms) as pod:
-        if args.profile:
-            profile(pod, args)
-            return 0
-        res = run(pod, args)
+    runtime = tempfile.mkdtemp(prefix="gps", dir="/tmp")  # short: a socket path's limit
+    os.environ["XDG_RUNTIME_DIR"] = runtime  # the kept connection's socket, ours alone
+    try:
+        with running_pod("default", args.rtt_ms) as pod:
+            if args.profile:
+                profile(pod, args)
+                return 0
+            if args.kept:
+                Path(os.environ["GPUWS_CONFIG"]).write_text('[hosts.pod]\npersist = "10m"\n')
+            try:
+                res = run(pod, args)
+            finally:
+                if args.kept:
+                    _stop_master(pod)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
     print(table(res))
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))

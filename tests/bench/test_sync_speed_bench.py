@@ -39,24 +39,25 @@ def test_the_sync_bench_measures_both_tools_and_writes_its_table(tmp_path: Path)
     out = tmp_path / "sync.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     res = subprocess.run([sys.executable, str(BENCH / "sync_speed.py"), "--files", "40",
-                          "--reps", "1", "--json", str(out)], capture_output=True, text=True,
-                         timeout=300, env=env, cwd=tmp_path)
+                          "--reps", "1", "--kept", "--json", str(out)], capture_output=True,
+                         text=True, timeout=300, env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     r = json.loads(out.read_text())
     cases = ("first", "one changed file", "nothing changed")
-    assert set(r["median_wall_s"]) == {f"{c}: {t}" for c in cases
-                                       for t in ("gpuws sync", "rsync -a")}
+    tools = ("gpuws sync", "rsync -a", "gpuws sync (kept)")
+    assert set(r["median_wall_s"]) == {f"{c}: {t}" for c in cases for t in tools}
     for key in ("median_wall_s", "median_cpu_s", "median_sync_own_s"):
         assert all(math.isfinite(v) and v > 0 for v in r[key].values()), (key, r[key])
     # The sync's own part is inside its process's wall time.
     for c in cases:
-        assert r["median_sync_own_s"][c] < r["median_wall_s"][f"{c}: gpuws sync"]
+        for t in ("gpuws sync", "gpuws sync (kept)"):
+            assert r["median_sync_own_s"][f"{c}: {t}"] < r["median_wall_s"][f"{c}: {t}"]
     docs = tmp_path / "performance.md"
     docs.write_text(DOCS.read_text())
     bench = _bench("sync_speed")
     bench.write_docs(r, "python3 bench/sync_speed.py --files 40", docs)
     text = docs.read_text()
-    assert text.count("<!-- sync_speed rtt=0 begin") == 1
+    assert text.count("<!-- sync_speed rtt=0 kept begin") == 1
     assert "    python3 bench/sync_speed.py --files 40\n" in text
     assert bench.table(r) in text
     bench.write_docs(r, "python3 bench/sync_speed.py --files 40", docs)  # replaced, not added
