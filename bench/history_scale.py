@@ -11,7 +11,11 @@ times shifted per run). Each figure is the median of ``--runs`` runs (default 5)
 Measured: the time to the first screenful (50 lines of ``gpuws history`` on a pipe) and
 to its end; ``history --json``'s time and peak RSS; Home's data load (its hosts and ten
 recent sessions, in a fresh process, the import excluded); ``sqlite3`` printing the runs'
-rows (id, session, workload, status), the floor under any listing.
+rows (id, session, workload, status), the floor under any listing. The sizes are
+interleaved (each repetition runs every measure on each store) and ``--write-docs`` puts
+the medians and the ratios over ``sqlite3`` into docs/performance.md, with the command::
+
+    python3 bench/history_scale.py --runs 5 --keep /tmp/stores --write-docs
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -95,39 +100,87 @@ def _timed(argv: list[str], env: dict[str, str], first_lines: int | None = None
             first = time.perf_counter() - start
     _, status, usage = os.wait4(proc.pid, 0)
     end = time.perf_counter() - start
+    if first_lines is not None and first is None:
+        first = end  # a listing shorter than a screen: all of it is the first screenful
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}")
     return first, end, usage.ru_maxrss / 1024
 
 
-def _median(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f}"
+#: The rows ``gpuws history`` lists, as sqlite3 reads them: the floor under any listing.
+QUERY = ("SELECT run_id, session_id, workload, status FROM runs r JOIN sessions s"
+         " ON s.id = r.session_id ORDER BY s.started DESC, r.started")
 
 
-def measure(home: Path, src: Path, runs: int) -> dict[str, str]:
+def measure_once(home: Path, src: Path) -> dict[str, float]:
+    """One repetition of every measure on one store (seconds; Home's load in ms)."""
     env = _env(home, src)
     gpuws = [sys.executable, "-m", "gpuws"]
-    first, whole, jtime, jrss, homes, sql = [], [], [], [], [], []
     db = next(home.glob("*.db"))
-    query = ("SELECT run_id, session_id, workload, status FROM runs r JOIN sessions s"
-             " ON s.id = r.session_id ORDER BY s.started DESC, r.started")
-    for _ in range(runs):
-        f, w, _ = _timed([*gpuws, "history"], env, SCREEN)
-        assert f is not None
-        first.append(f)
-        whole.append(w)
-        _, w, rss = _timed([*gpuws, "history", "--json"], env)
-        jtime.append(w)
-        jrss.append(rss)
-        out = subprocess.run([sys.executable, "-c", HOME_LOAD], env=env, check=True,
-                             capture_output=True, text=True).stdout
-        homes.append(float(out) * 1000)
-        sql.append(_timed(["sqlite3", str(db), query], env)[1])
-    return {"history: first screenful (s)": _median(first), "history: whole (s)": _median(whole),
-            "history --json (s)": _median(jtime), "history --json peak RSS (MiB)": _median(jrss),
-            "Home's data load (ms)": _median(homes),
-            "sqlite3, the same rows (s)": _median(sql)}
+    first, whole, _ = _timed([*gpuws, "history"], env, SCREEN)
+    assert first is not None
+    _, jtime, jrss = _timed([*gpuws, "history", "--json"], env)
+    out = subprocess.run([sys.executable, "-c", HOME_LOAD], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    sql = _timed(["sqlite3", str(db), QUERY], env)[1]
+    return {"history: first screenful (s)": first, "history: whole (s)": whole,
+            "history --json (s)": jtime, "history --json peak RSS (MiB)": jrss,
+            "Home's data load (ms)": float(out) * 1000, "sqlite3, the same rows (s)": sql}
+
+
+def table(figures: dict[str, dict[str, list[float]]]) -> str:
+    """Medians per store size, and the ratios a person meets: gpuws over sqlite3."""
+    med = {size: {name: statistics.median(v) for name, v in col.items()}
+           for size, col in figures.items()}
+    names = list(next(iter(med.values())))
+    lines = ["| measure | " + " | ".join(med) + " |", "|---|" + "---:|" * len(med)]
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(f"{col[name]:.2f}" for col in med.values())
+                     + " |")
+    for name in ("history: first screenful (s)", "history: whole (s)", "history --json (s)"):
+        lines.append(f"| {name.split(' (')[0]} / sqlite3 | "
+                     + " | ".join(f"{col[name] / col['sqlite3, the same rows (s)']:.1f}×"
+                                  for col in med.values()) + " |")
+    return "\n".join(lines)
+
+
+def write_docs(text: str, command: str, runs: int, docs: Path, label: str = "") -> None:
+    """Replace this bench's block (of ``label``: a second source's, say) in ``docs``
+    (generated, never typed)."""
+    import re
+
+    tag = f"history_scale {label}".strip()
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    block = (f"<!-- {tag} begin: generated by bench/history_scale.py, not typed -->\n"
+             + (f"**{label}**: " if label else "")
+             + f"Medians of {runs}, sizes interleaved, {when}, Python "
+             f"{sys.version.split()[0]}, {os.cpu_count()} cores, load at the end {load}:\n\n"
+             f"    {command}\n\n{text}\n<!-- {tag} end -->")
+    body = docs.read_text()
+    pattern = re.compile(rf"<!-- {re.escape(tag)} begin.*?<!-- {re.escape(tag)} end -->", re.S)
+    if pattern.search(body):
+        body = pattern.sub(lambda _: block, body)
+    else:
+        anchor = "<!-- history_scale table -->"
+        if anchor not in body:
+            raise SystemExit(f"{docs} has no {anchor!r} line to put the table under")
+        body = body.replace(anchor, f"{anchor}\n\n{block}", 1)
+    docs.write_text(body)
+
+
+def _shown_argv() -> list[str]:
+    """This run's arguments as the docs show them: without --write-docs and --docs."""
+    out, skip = [], False
+    for a in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif a == "--docs":
+            skip = True
+        elif a != "--write-docs" and not a.startswith("--docs="):
+            out.append(a)
+    return out
 
 
 def main() -> int:
@@ -136,22 +189,35 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5, help="runs per figure (median)")
     ap.add_argument("--sizes", default="2000,20000", help="stored runs, comma-separated")
     ap.add_argument("--keep", type=Path, help="build (or reuse) the stores under this folder")
+    ap.add_argument("--write-docs", action="store_true",
+                    help="put the table into docs/performance.md (section 15)")
+    ap.add_argument("--label", default="",
+                    help="names this run's block in the docs (e.g. before: another --src)")
+    ap.add_argument("--docs", type=Path, default=ROOT / "docs" / "performance.md",
+                    help="the file --write-docs writes")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         base = args.keep or Path(tmp)
-        table: dict[str, dict[str, str]] = {}
+        homes = {}
         for n in sizes:
-            home = base / f"runs-{n}"
+            homes[f"{n:,} runs"] = home = base / f"runs-{n}"
             if not any(home.glob("*.db")):
                 build(home, n)  # with this checkout's store, whatever --src is
-            table[f"{n:,} runs"] = measure(home, args.src.resolve(), args.runs)
-    names = list(next(iter(table.values())))
+        figures: dict[str, dict[str, list[float]]] = {size: {} for size in homes}
+        for _ in range(args.runs):  # the sizes interleaved: a busy spell hurts both
+            for size, home in homes.items():
+                for name, value in measure_once(home, args.src.resolve()).items():
+                    figures[size].setdefault(name, []).append(value)
+    text = table(figures)
     print(f"python {sys.version.split()[0]}, src {args.src}, median of {args.runs}")
-    print("| measure | " + " | ".join(table) + " |")
-    print("|---|" + "---:|" * len(table))
-    for name in names:
-        print(f"| {name} | " + " | ".join(col[name] for col in table.values()) + " |")
+    print(text)
+    if args.write_docs:
+        if args.runs < 5:
+            raise SystemExit("the docs take medians of 5 or more (--runs 5)")
+        argv = _shown_argv()
+        write_docs(text, shlex.join(["python3", "bench/history_scale.py", *argv]), args.runs,
+                   args.docs, args.label)
     return 0
 
 

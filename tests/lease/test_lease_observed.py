@@ -234,7 +234,7 @@ def test_a_version_4_store_keeps_its_starts_and_stops(tmp_path: Path,
             s._conn.execute("INSERT INTO host_actions(host, action, started, ended, ok, "
                             "detail) VALUES ('pod', 'start', 1.0, 2.0, 1, '')")
     with Store(path) as s:
-        assert s._conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert s._conn.execute("PRAGMA user_version").fetchone()[0] == store_mod.SCHEMA_VERSION
         (row,) = s.host_actions("pod")
         assert (row.action, row.by, row.ok) == ("start", "gpuws", True)
         with pytest.raises(sqlite3.IntegrityError):

@@ -76,13 +76,21 @@ def list_runs(store: Store, session: str | None = None) -> list[RunSummary]:
     return list(iter_runs(store, session))
 
 
+#: Runs summarized together: their events and code are read in one statement each (one
+#: query per run and kind was most of a listing's reads), and a listing holds this many
+#: at a time whatever the store's size.
+CHUNK = 100
+#: The events a listing line is made of.
+_LISTED = ("tier1_result", "run_finished", "tier_started", "tier_finished", "diagnosis")
+
+
 def iter_runs(store: Store, session: str | None = None,
               limit: int | None = None) -> Iterator[RunSummary]:
-    """The stored runs in :func:`list_runs`' order, read one session at a time.
+    """The stored runs in :func:`list_runs`' order, read :data:`CHUNK` runs at a time.
 
-    Memory is one session's runs whatever the store holds (20,000 runs were 122 MiB of
-    JSON built whole before the first byte went out), and the first session's runs come
-    before the last session is read.
+    Memory is one chunk's runs whatever the store holds (20,000 runs were 122 MiB of
+    JSON built whole before the first byte went out), and the first runs come before
+    the last are read, within one session too (a ``watch`` session may hold thousands).
 
     Args:
         store: the session store.
@@ -96,21 +104,48 @@ def iter_runs(store: Store, session: str | None = None,
     """
     if limit is None:
         chosen = [store.session(session)] if session is not None else None
-        return (summarize(store, run, s.host)
+        return (summary
                 for s in (chosen if chosen is not None else store.newest_sessions())
-                for run in store.runs(s.id))
+                for chunk in _chunks(store.iter_session_runs(s.id))
+                for summary in summarize_many(store, chunk, s.host))
     newest = store.newest_runs(limit, session)
     by_session: dict[str, list[RunRow]] = {}
     for run in reversed(newest):  # oldest first: each session's runs in the order they ran
         by_session.setdefault(run.session_id, []).append(run)
     sessions = sorted((store.session(sid) for sid in by_session),
                       key=lambda s: s.started, reverse=True)
-    return (summarize(store, run, s.host) for s in sessions for run in by_session[s.id])
+    return (summary for s in sessions for chunk in _chunks(iter(by_session[s.id]))
+            for summary in summarize_many(store, chunk, s.host))
+
+
+def _chunks(runs: Iterator[RunRow]) -> Iterator[list[RunRow]]:
+    chunk: list[RunRow] = []
+    for run in runs:
+        chunk.append(run)
+        if len(chunk) == CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def summarize(store: Store, run: RunRow, host: str) -> RunSummary:
     """One run's line in a listing."""
-    t1 = store.tier1(run.run_id)
+    return summarize_many(store, [run], host)[0]
+
+
+def summarize_many(store: Store, runs: list[RunRow], host: str) -> list[RunSummary]:
+    """Several runs' lines, their events and code read in one statement each."""
+    ids = [run.run_id for run in runs]
+    events = store.listing_events(ids, _LISTED)
+    codes = store.codes(ids)
+    return [_summary(run, host, events[run.run_id], codes.get(run.run_id)) for run in runs]
+
+
+def _summary(run: RunRow, host: str, events: list[protocol.Events],
+             code: CodeRecord | None) -> RunSummary:
+    # The run's last Tier-1 result, as Store.tier1 gives it.
+    t1 = next((ev for ev in reversed(events) if isinstance(ev, protocol.Tier1Result)), None)
     stats = t1.stats if t1 is not None else None
     return RunSummary(
         run_id=run.run_id, session_id=run.session_id, host=host, workload=run.workload,
@@ -119,8 +154,8 @@ def summarize(store: Store, run: RunRow, host: str) -> RunSummary:
         tier1_median_ms=stats.median_ms if stats else None,
         tier1_ci_pct=stats.ci_rel_halfwidth * 100.0 if stats else None,
         tier1_n=stats.n if stats else None, tier1_mode=t1.mode if t1 is not None else None,
-        why=why_failed(store, run.run_id), is_baseline=run.is_baseline,
-        baseline_of=run.baseline_of, code=store.code(run.run_id))
+        why=_why(events), is_baseline=run.is_baseline, baseline_of=run.baseline_of,
+        code=code)
 
 
 def why_failed(store: Store, run_id: str) -> str:
@@ -130,13 +165,18 @@ def why_failed(store: Store, run_id: str) -> str:
     their reasons), the run's own error, and its error diagnoses when nothing else says
     more. Empty for a run that did everything it was asked to (or is still running).
     """
+    return _why(store.run_events(run_id, ["run_finished", "tier_started", "tier_finished",
+                                          "diagnosis"]))
+
+
+def _why(events: list[protocol.Events]) -> str:
+    """:func:`why_failed` from the run's events (others among them are passed over)."""
     finished: protocol.RunFinished | None = None
     started: set[int] = set()
     parts: list[str] = []
     failed: list[str] = []
     diagnoses: list[str] = []
-    for ev in store.run_events(run_id, ["run_finished", "tier_started", "tier_finished",
-                                        "diagnosis"]):
+    for ev in events:
         if isinstance(ev, protocol.RunFinished):
             finished = ev
         elif isinstance(ev, protocol.TierStarted):
