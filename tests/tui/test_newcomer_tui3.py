@@ -273,6 +273,27 @@ async def test_a_replayed_file_offers_no_baseline_and_its_export_lasts(
         await app.shutdown()
 
 
+async def test_a_replays_artifacts_name_the_report_beside_the_recording() -> None:
+    """Finding 12's last part: the artifacts screen of a replayed recording said "connect
+    to the pod to pull them" (no pod is connected, and the recording's is gone) while the
+    same report ships beside the recording. It says where they are and names that file."""
+    from gpuws.tui.screens.artifacts import ArtifactsScreen
+
+    app = replay_app(RECORDING)
+    async with app.run_test(size=(160, 30)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen)
+                    and bool(app.screen.query("RunPanes"))
+                    and app.screen.panes.model.finished is not None)
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ArtifactsScreen)
+                    and "artifact" in _drawn(app.screen.query_one("#art-status")))
+        status = _drawn(app.screen.query_one("#art-status"))
+        assert "connect to the pod" not in status, status
+        assert "a replay: they stay on the pod that recorded it" in status, status
+        assert "gpuws report " in status and "saxpy_h200.ncu-rep" in status, status
+        await app.shutdown()
+
+
 # ---------------------------------------------------------------- 23: the watch screen's keys
 async def test_the_watch_screens_help_lists_b_and_enter_before_any_median() -> None:
     """Finding 23: b became a key only once an iteration had samples, and Enter (results)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
@@ -62,8 +64,20 @@ class ArtifactsScreen(Screen[None]):
                   else "this run announced no artifacts")
         hint = "" if home == len(message.rows) else (
             " · p pulls the rest" if self.app.can_reach_pod() else
+            self._replay_hint() if self.app.replaying_file else
             " · connect to the pod to pull them")
         self.query_one("#art-status", Static).update(Text(status + hint))
+
+    def _replay_hint(self) -> str:
+        """A replayed recording's artifacts stay on the pod that recorded it (no pod is
+        connected, so "connect to pull" would be a dead end); a report shipped beside the
+        recording under its name is named, with the command that reads it."""
+        source = getattr(self.app.start, "source", "")
+        beside = Path(source).with_suffix(".ncu-rep") if source else None
+        if beside is not None and beside.is_file():
+            return (f" · a replay: they stay on the pod that recorded it; the report beside "
+                    f"the recording: gpuws report {visible(shlex.quote(str(beside)), 300)}")
+        return " · a replay: they stay on the pod that recorded it"
 
     def on_pull_progress(self, message: PullProgress) -> None:
         for item in self.query(ArtifactItem):
