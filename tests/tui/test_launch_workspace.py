@@ -37,6 +37,9 @@ async def test_a_run_launched_with_a_workspace_runs_in_it(tmp_path: Path) -> Non
         run = run_screen(pilot.app)
         await until(pilot, lambda: run.panes.model.finished is not None)
         assert run.panes.model.status == "ok"
+        # The run's end and its output reach the screen by separate deliveries: under load
+        # (the suite on parallel workers) the end came first, so wait for the line itself.
+        await until(pilot, lambda: bool(outputs(messages)))
         assert outputs(messages) == ["from-the-workspace"]
         with Store() as s:
             code = s.code(run.run_id)
