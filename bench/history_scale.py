@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+from _docs import put_block, shown_argv
+
 ROOT = Path(__file__).resolve().parent.parent
 SCREEN = 50  # lines: a tall terminal's first screenful
 HOME_LOAD = """
@@ -148,8 +150,6 @@ def table(figures: dict[str, dict[str, list[float]]]) -> str:
 def write_docs(text: str, command: str, runs: int, docs: Path, label: str = "") -> None:
     """Replace this bench's block (of ``label``: a second source's, say) in ``docs``
     (generated, never typed)."""
-    import re
-
     tag = f"history_scale {label}".strip()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -158,29 +158,7 @@ def write_docs(text: str, command: str, runs: int, docs: Path, label: str = "") 
              + f"Medians of {runs}, sizes interleaved, {when}, Python "
              f"{sys.version.split()[0]}, {os.cpu_count()} cores, load at the end {load}:\n\n"
              f"    {command}\n\n{text}\n<!-- {tag} end -->")
-    body = docs.read_text()
-    pattern = re.compile(rf"<!-- {re.escape(tag)} begin.*?<!-- {re.escape(tag)} end -->", re.S)
-    if pattern.search(body):
-        body = pattern.sub(lambda _: block, body)
-    else:
-        anchor = "<!-- history_scale table -->"
-        if anchor not in body:
-            raise SystemExit(f"{docs} has no {anchor!r} line to put the table under")
-        body = body.replace(anchor, f"{anchor}\n\n{block}", 1)
-    docs.write_text(body)
-
-
-def _shown_argv() -> list[str]:
-    """This run's arguments as the docs show them: without --write-docs and --docs."""
-    out, skip = [], False
-    for a in sys.argv[1:]:
-        if skip:
-            skip = False
-        elif a == "--docs":
-            skip = True
-        elif a != "--write-docs" and not a.startswith("--docs="):
-            out.append(a)
-    return out
+    put_block(docs, tag, block, "<!-- history_scale table -->")
 
 
 def main() -> int:
@@ -215,7 +193,7 @@ def main() -> int:
     if args.write_docs:
         if args.runs < 5:
             raise SystemExit("the docs take medians of 5 or more (--runs 5)")
-        argv = _shown_argv()
+        argv = shown_argv()
         write_docs(text, shlex.join(["python3", "bench/history_scale.py", *argv]), args.runs,
                    args.docs, args.label)
     return 0

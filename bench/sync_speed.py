@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -41,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _docs import put_block, shown_argv
 from _sshd import Pod, compile_gpuws, machine, median, running_pod
 from workspace_sync import make_tree
 
@@ -184,17 +184,7 @@ def write_docs(res: dict[str, Any], command: str, docs: Path) -> None:
              f"{m['nproc']}, load at the end {m['loadavg_at_end']}, Python {m['python']}, "
              f"{m['openssh']}, asyncssh {m['asyncssh']}:\n\n"
              f"    {command}\n\n{table(res)}\n<!-- {tag} end -->")
-    text = docs.read_text()
-    pattern = re.compile(rf"<!-- {re.escape(tag)} begin.*?<!-- {re.escape(tag)} end -->",
-                         re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block, text)
-    else:
-        anchor = "<!-- sync_speed tables -->"
-        if anchor not in text:
-            raise SystemExit(f"{docs} has no {anchor!r} line to put the table under")
-        text = text.replace(anchor, f"{anchor}\n\n{block}", 1)
-    docs.write_text(text)
+    put_block(docs, tag, block, "<!-- sync_speed tables -->")
 
 
 def profile(pod: Pod, args: argparse.Namespace) -> None:
@@ -238,19 +228,6 @@ def _stop_master(pod: Pod) -> None:
         os.kill(int(str(pid)), signal.SIGTERM)
 
 
-def _shown_argv() -> list[str]:
-    """This run's arguments as the docs show them: without --write-docs and --docs."""
-    out, skip = [], False
-    for a in sys.argv[1:]:
-        if skip:
-            skip = False
-        elif a == "--docs":
-            skip = True
-        elif a != "--write-docs" and not a.startswith("--docs="):
-            out.append(a)
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=2000)
@@ -289,7 +266,7 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
     if args.write_docs:
-        command = "python3 bench/sync_speed.py " + shlex.join(_shown_argv())
+        command = "python3 bench/sync_speed.py " + shlex.join(shown_argv())
         write_docs(res, command.strip(), args.docs)
     return 0
 
