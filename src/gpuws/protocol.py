@@ -534,7 +534,7 @@ class Samples(Event, kw_only=True, tag="samples"):
     #: records, whose figure the run reports; these replace the event samples wherever a
     #: run's samples are read (its histogram, compare, watch), so a comparison is made on
     #: the same samples as the figure it sits beside.
-    source: str | None = None
+    source: Literal["cupti"] | None = None
 
 
 class TimingStats(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -76,3 +76,16 @@ def test_the_live_histogram_swaps_to_the_cupti_samples(recorded: ModuleType) -> 
     assert model.samples == cupti and model.sorted_samples == sorted(cupti)
     stats = model.running_stats()
     assert stats is not None and stats.median_ms == pytest.approx(0.00518, rel=0.005)
+
+
+@pytest.mark.parametrize("source", ["events", "CUPTI", "x" * 10_000, 1, ""])
+def test_a_samples_source_other_than_cupti_is_refused_at_the_wire(source: object) -> None:
+    """The mark decides whose samples a run's figures are read from: a pod can say only
+    "cupti" (or nothing), and anything else makes the line a BadLine, counted, not used."""
+    line = json.dumps({"type": "samples", "run_id": "r", "seq": 3, "ts": 1.0,
+                       "values_ms": [0.005], "source": source}).encode()
+    assert isinstance(protocol.decode_event(line), protocol.BadLine)
+    ok = json.loads(line)
+    ok["source"] = "cupti"
+    decoded = protocol.decode_event(json.dumps(ok).encode())
+    assert isinstance(decoded, protocol.Samples) and decoded.source == "cupti"
